@@ -1,0 +1,314 @@
+//! The embedded store: SQLite in WAL mode, the default backend (as k3s's kine, but with etcd's
+//! semantics implemented natively rather than emulated over SQL polling).
+//!
+//! - Writes go to one writer thread that commits them in batches (group commit, see [`writer`]).
+//! - Reads run on a pool of read-only connections in parallel with the writer (WAL snapshots).
+//! - Watches are fed by events the writer publishes after each commit, with replay from the `log`
+//!   table (see [`watch`]); nothing polls.
+//! - A lock file next to the database keeps a second process from opening the same store.
+
+mod reader;
+mod schema;
+mod watch;
+mod writer;
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{mpsc as std_mpsc, Arc, Mutex};
+use std::thread::JoinHandle;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use rusqlite::Connection;
+use tokio::sync::{mpsc, oneshot};
+use tokio_stream::wrappers::ReceiverStream;
+
+pub use schema::Durability;
+
+use crate::{
+    Deleted, Error, Event, EventKind, KeyValue, ListOptions, ListResult, Result, Revision, Store,
+    WatchStream,
+};
+use schema::{read_meta, META_COMPACTED, META_REVISION};
+use watch::WatchHub;
+use writer::{Request, Shared, WriteOp};
+
+/// Events buffered per watcher between its feeding task and its consumer.
+const WATCHER_BUFFER: usize = 1024;
+
+#[derive(Clone, Debug, Default)]
+pub struct SqliteOptions {
+    pub durability: Durability,
+}
+
+/// The SQLite-backed [`Store`]. Cheap to clone; all clones share one database.
+#[derive(Clone)]
+pub struct SqliteStore {
+    inner: Arc<Inner>,
+}
+
+pub(crate) struct Inner {
+    path: PathBuf,
+    writer: Mutex<Option<std_mpsc::Sender<Request>>>,
+    writer_thread: Mutex<Option<JoinHandle<()>>>,
+    readers: Mutex<Vec<Connection>>,
+    shared: Arc<Shared>,
+    closed: tokio::sync::watch::Sender<bool>,
+    lock: Mutex<Option<File>>,
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) the store in the SQLite file at `path`.
+    pub fn open(path: impl AsRef<Path>, options: SqliteOptions) -> Result<SqliteStore> {
+        let path = path.as_ref().to_path_buf();
+        let open_error = |message: String| Error::Open {
+            path: path.clone(),
+            message,
+        };
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| open_error(format!("cannot create directory: {e}")))?;
+        }
+        let lock_path = lock_path(&path);
+        let lock = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(|e| open_error(format!("cannot open lock file: {e}")))?;
+        lock.try_lock().map_err(|_| {
+            open_error(format!(
+                "another process holds {}; is an rkube server already running on this data dir?",
+                lock_path.display()
+            ))
+        })?;
+
+        let conn = schema::open_writer(&path, options.durability)?;
+        let revision = read_meta(&conn, META_REVISION).map_err(|e| open_error(e.to_string()))?;
+        let compacted = read_meta(&conn, META_COMPACTED).map_err(|e| open_error(e.to_string()))?;
+        let shared = Arc::new(Shared {
+            revision: AtomicI64::new(revision),
+            compacted: AtomicI64::new(compacted),
+            hub: WatchHub::new(),
+        });
+        let (sender, requests) = std_mpsc::channel();
+        let thread_shared = shared.clone();
+        let writer_thread = std::thread::Builder::new()
+            .name("sqlite-writer".into())
+            .spawn(move || writer::run(conn, requests, thread_shared))
+            .map_err(|e| open_error(format!("cannot start writer thread: {e}")))?;
+        let (closed, _) = tokio::sync::watch::channel(false);
+        Ok(SqliteStore {
+            inner: Arc::new(Inner {
+                path,
+                writer: Mutex::new(Some(sender)),
+                writer_thread: Mutex::new(Some(writer_thread)),
+                readers: Mutex::new(Vec::new()),
+                shared,
+                closed,
+                lock: Mutex::new(Some(lock)),
+            }),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// Finishes queued writes, stops the writer, ends every watch with [`Error::Closed`] and releases the
+    /// file, so that it can be opened again. Later calls fail with [`Error::Closed`].
+    pub async fn close(&self) {
+        let sender = lock(&self.inner.writer).take();
+        if let Some(sender) = sender {
+            let (done, wait) = oneshot::channel();
+            if sender.send(Request::Shutdown { done }).is_ok() {
+                let _ = wait.await;
+            }
+        }
+        let thread = lock(&self.inner.writer_thread).take();
+        if let Some(thread) = thread {
+            let _ = tokio::task::spawn_blocking(move || thread.join()).await;
+        }
+        self.inner.closed.send_replace(true);
+        lock(&self.inner.readers).clear();
+        lock(&self.inner.lock).take();
+    }
+
+    async fn write(&self, op: WriteOp) -> Result<Option<Event>> {
+        let (reply, result) = oneshot::channel();
+        {
+            let writer = lock(&self.inner.writer);
+            let sender = writer.as_ref().ok_or(Error::Closed)?;
+            sender
+                .send(Request::Write { op, reply })
+                .map_err(|_| Error::Closed)?;
+        }
+        result.await.map_err(|_| Error::Closed)?
+    }
+
+    async fn read<T, F>(&self, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Connection) -> Result<T> + Send + 'static,
+    {
+        let inner = self.inner.clone();
+        tokio::task::spawn_blocking(move || inner.with_reader(f))
+            .await
+            .map_err(|e| Error::Backend(format!("read task failed: {e}")))?
+    }
+}
+
+fn lock_path(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".lock");
+    PathBuf::from(name)
+}
+
+/// Locks a mutex, recovering from poisoning: the data behind these mutexes stays valid after a panic.
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Inner {
+    fn with_reader<T>(&self, f: impl FnOnce(&mut Connection) -> Result<T>) -> Result<T> {
+        if *self.closed.borrow() {
+            return Err(Error::Closed);
+        }
+        let pooled = lock(&self.readers).pop();
+        let mut conn = match pooled {
+            Some(conn) => conn,
+            None => schema::open_reader(&self.path)?,
+        };
+        let result = f(&mut conn);
+        if !*self.closed.borrow() {
+            lock(&self.readers).push(conn);
+        }
+        result
+    }
+
+    async fn history(
+        self: &Arc<Self>,
+        prefix: String,
+        after: Revision,
+        limit: usize,
+    ) -> Result<(Vec<Event>, Revision)> {
+        let inner = self.clone();
+        tokio::task::spawn_blocking(move || {
+            inner.with_reader(|conn| reader::history(conn, &prefix, after, limit))
+        })
+        .await
+        .map_err(|e| Error::Backend(format!("read task failed: {e}")))?
+    }
+}
+
+fn expect_event(event: Option<Event>) -> Result<Event> {
+    event.ok_or_else(|| Error::Backend("write produced no event".into()))
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    async fn get(&self, key: &str) -> Result<Option<KeyValue>> {
+        let key = key.to_string();
+        self.read(move |conn| reader::get(conn, &key)).await
+    }
+
+    async fn list(&self, opts: ListOptions<'_>) -> Result<ListResult> {
+        let prefix = opts.prefix.to_string();
+        let start_after = opts.start_after.map(str::to_string);
+        let (limit, at_revision) = (opts.limit, opts.at_revision);
+        self.read(move |conn| {
+            let opts = ListOptions {
+                prefix: &prefix,
+                start_after: start_after.as_deref(),
+                limit,
+                at_revision,
+            };
+            reader::list(conn, &opts)
+        })
+        .await
+    }
+
+    async fn create(&self, key: &str, value: Bytes) -> Result<KeyValue> {
+        let op = WriteOp::Create {
+            key: key.to_string(),
+            value,
+        };
+        Ok(expect_event(self.write(op).await?)?.kv)
+    }
+
+    async fn update(
+        &self,
+        key: &str,
+        value: Bytes,
+        expected_mod_revision: Option<Revision>,
+    ) -> Result<KeyValue> {
+        let op = WriteOp::Update {
+            key: key.to_string(),
+            value,
+            expected: expected_mod_revision,
+        };
+        Ok(expect_event(self.write(op).await?)?.kv)
+    }
+
+    async fn delete(&self, key: &str, expected_mod_revision: Option<Revision>) -> Result<Deleted> {
+        let op = WriteOp::Delete {
+            key: key.to_string(),
+            expected: expected_mod_revision,
+        };
+        let event = expect_event(self.write(op).await?)?;
+        match (event.kind, event.prev) {
+            (EventKind::Delete, Some(prev)) => Ok(Deleted {
+                prev,
+                revision: event.kv.mod_revision,
+            }),
+            _ => Err(Error::Backend("delete produced no delete event".into())),
+        }
+    }
+
+    async fn watch(&self, prefix: &str, from_revision: Revision) -> Result<WatchStream> {
+        if *self.inner.closed.borrow() {
+            return Err(Error::Closed);
+        }
+        let shared = &self.inner.shared;
+        // Subscribe before reading the revision, so nothing committed after "now" can be missed.
+        let ring = shared.hub.subscribe();
+        let from = if from_revision <= 0 {
+            shared.revision.load(Ordering::Acquire)
+        } else {
+            from_revision
+        };
+        let compacted = shared.compacted.load(Ordering::Acquire);
+        if from < compacted {
+            return Err(Error::Compacted {
+                requested: from,
+                compacted,
+            });
+        }
+        let (out, events) = mpsc::channel(WATCHER_BUFFER);
+        tokio::spawn(watch::run_watcher(
+            self.inner.clone(),
+            prefix.to_string(),
+            from,
+            ring,
+            out,
+        ));
+        Ok(Box::pin(ReceiverStream::new(events)))
+    }
+
+    async fn current_revision(&self) -> Result<Revision> {
+        if *self.inner.closed.borrow() {
+            return Err(Error::Closed);
+        }
+        Ok(self.inner.shared.revision.load(Ordering::Acquire))
+    }
+
+    async fn compact(&self, revision: Revision) -> Result<()> {
+        self.write(WriteOp::Compact { revision }).await.map(|_| ())
+    }
+
+    async fn count(&self, prefix: &str) -> Result<i64> {
+        let prefix = prefix.to_string();
+        self.read(move |conn| reader::count(conn, &prefix)).await
+    }
+}

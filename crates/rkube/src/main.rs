@@ -1,1 +1,51 @@
-fn main() {}
+//! `rkube`: Kubernetes, rebuilt in Rust. One binary whose subcommands are the Kubernetes components.
+
+mod bench;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "rkube", version, about = "Kubernetes, rebuilt in Rust")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Measure a part of rkube (results go to docs/benchmarks.md).
+    Bench(bench::BenchArgs),
+}
+
+fn main() -> std::process::ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("rkube: cannot start the async runtime: {e}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        match cli.command {
+            Command::Bench(args) => bench::run(args).await,
+        }
+    });
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("rkube: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}

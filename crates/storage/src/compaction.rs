@@ -11,7 +11,10 @@ use crate::Store;
 pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(300);
 
 /// Spawns the compaction loop; it stops when the returned handle is aborted or the store closes.
-pub fn spawn_auto_compaction(store: Arc<dyn Store>, interval: Duration) -> tokio::task::JoinHandle<()> {
+pub fn spawn_auto_compaction(
+    store: Arc<dyn Store>,
+    interval: Duration,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut ticker = tokio::time::interval(interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -18,6 +18,7 @@
 pub mod compaction;
 mod error;
 pub mod etcd;
+pub mod etcd_process;
 pub mod sqlite;
 
 use std::pin::Pin;

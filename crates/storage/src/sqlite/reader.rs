@@ -5,7 +5,9 @@ use bytes::Bytes;
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
 use super::schema::{read_meta, META_COMPACTED, META_REVISION};
-use crate::{prefix_range_end, Error, Event, EventKind, KeyValue, ListOptions, ListResult, Result, Revision};
+use crate::{
+    prefix_range_end, Error, Event, EventKind, KeyValue, ListOptions, ListResult, Result, Revision,
+};
 
 fn key_of(row: &Row, idx: usize) -> rusqlite::Result<String> {
     let bytes: Vec<u8> = row.get(idx)?;
@@ -42,7 +44,9 @@ impl KeyRange {
     fn new(prefix: &str, start_after: Option<&str>) -> KeyRange {
         let end = prefix_range_end(prefix.as_bytes());
         let (lower, lower_inclusive) = match start_after {
-            Some(after) if after.as_bytes() >= prefix.as_bytes() => (after.as_bytes().to_vec(), false),
+            Some(after) if after.as_bytes() >= prefix.as_bytes() => {
+                (after.as_bytes().to_vec(), false)
+            }
             _ => (prefix.as_bytes().to_vec(), true),
         };
         KeyRange {
@@ -134,7 +138,10 @@ pub fn list(conn: &mut Connection, opts: &ListOptions<'_>) -> Result<ListResult>
 
 pub fn count(conn: &Connection, prefix: &str) -> Result<i64> {
     let range = KeyRange::new(prefix, None);
-    let sql = format!("SELECT count(*) FROM current WHERE {}", range.condition("key"));
+    let sql = format!(
+        "SELECT count(*) FROM current WHERE {}",
+        range.condition("key")
+    );
     Ok(conn
         .prepare_cached(&sql)?
         .query_row(params![range.lower, range.upper], |r| r.get(0))?)

@@ -14,9 +14,7 @@ use bytes::Bytes;
 use rusqlite::{params, Connection, OptionalExtension, Transaction};
 use tokio::sync::oneshot;
 
-use super::schema::{
-    read_meta, write_meta, META_COMPACTED, META_COMPACT_CURSOR, META_REVISION,
-};
+use super::schema::{read_meta, write_meta, META_COMPACTED, META_COMPACT_CURSOR, META_REVISION};
 use super::watch::WatchHub;
 use crate::{Error, Event, EventKind, KeyValue, Result, Revision};
 

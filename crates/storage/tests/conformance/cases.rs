@@ -30,7 +30,10 @@ pub async fn create_get_update_delete(b: &mut impl Backend) {
         .unwrap();
     assert_eq!(updated.mod_revision, r0 + 2);
     assert_eq!(updated.create_revision, created.create_revision);
-    assert_eq!(text(&s.get("/cm/default/a").await.unwrap().unwrap().value), "v2");
+    assert_eq!(
+        text(&s.get("/cm/default/a").await.unwrap().unwrap().value),
+        "v2"
+    );
 
     match s
         .update("/cm/default/a", bytes("stale"), Some(created.mod_revision))
@@ -49,7 +52,10 @@ pub async fn create_get_update_delete(b: &mut impl Backend) {
         .await
         .unwrap_err();
     assert!(err.is_not_found(), "{err:?}");
-    let err = s.update("/cm/default/missing", bytes("x"), None).await.unwrap_err();
+    let err = s
+        .update("/cm/default/missing", bytes("x"), None)
+        .await
+        .unwrap_err();
     assert!(err.is_not_found(), "{err:?}");
 
     let unconditional = s.update("/cm/default/a", bytes("v3"), None).await.unwrap();
@@ -68,7 +74,11 @@ pub async fn create_get_update_delete(b: &mut impl Backend) {
     assert_eq!(text(&deleted.prev.value), "v3");
     assert_eq!(deleted.prev.mod_revision, unconditional.mod_revision);
     assert!(s.get("/cm/default/a").await.unwrap().is_none());
-    assert!(s.delete("/cm/default/a", None).await.unwrap_err().is_not_found());
+    assert!(s
+        .delete("/cm/default/a", None)
+        .await
+        .unwrap_err()
+        .is_not_found());
 
     // Re-creating a deleted key starts a new life: new create revision.
     let again = s.create("/cm/default/a", bytes("v4")).await.unwrap();
@@ -82,11 +92,18 @@ pub async fn failed_writes_consume_no_revision(b: &mut impl Backend) {
     let r = s.current_revision().await.unwrap();
     assert_eq!(r, kv.mod_revision);
     let _ = s.create("/k/a", bytes("dup")).await.unwrap_err();
-    let _ = s.update("/k/a", bytes("x"), Some(kv.mod_revision - 1)).await.unwrap_err();
+    let _ = s
+        .update("/k/a", bytes("x"), Some(kv.mod_revision - 1))
+        .await
+        .unwrap_err();
     let _ = s.delete("/k/b", None).await.unwrap_err();
     assert_eq!(s.current_revision().await.unwrap(), r);
     let next = s.create("/k/b", bytes("2")).await.unwrap();
-    assert_eq!(next.mod_revision, r + 1, "one revision per successful write");
+    assert_eq!(
+        next.mod_revision,
+        r + 1,
+        "one revision per successful write"
+    );
 }
 
 /// 16 writers increment one counter with read-modify-write and retry on conflict: no update is lost.
@@ -94,7 +111,11 @@ pub async fn concurrent_writers_lose_no_update(b: &mut impl Backend) {
     const WRITERS: usize = 16;
     const INCREMENTS: usize = 40;
     let s = b.open().await;
-    let start = s.create("/counter/c", bytes("0")).await.unwrap().mod_revision;
+    let start = s
+        .create("/counter/c", bytes("0"))
+        .await
+        .unwrap()
+        .mod_revision;
     let mut tasks = Vec::new();
     for _ in 0..WRITERS {
         let s = s.clone();
@@ -105,7 +126,11 @@ pub async fn concurrent_writers_lose_no_update(b: &mut impl Backend) {
                     let kv = s.get("/counter/c").await.unwrap().unwrap();
                     let n: usize = text(&kv.value).parse().unwrap();
                     match s
-                        .update("/counter/c", bytes((n + 1).to_string()), Some(kv.mod_revision))
+                        .update(
+                            "/counter/c",
+                            bytes((n + 1).to_string()),
+                            Some(kv.mod_revision),
+                        )
                         .await
                     {
                         Ok(_) => break,
@@ -132,7 +157,9 @@ pub async fn list_is_a_consistent_snapshot_during_writes(b: &mut impl Backend) {
     const KEYS: usize = 200;
     let s = b.open().await;
     for i in 0..KEYS {
-        s.create(&format!("/snap/k{i:03}"), bytes("0")).await.unwrap();
+        s.create(&format!("/snap/k{i:03}"), bytes("0"))
+            .await
+            .unwrap();
     }
     let writer = {
         let s = s.clone();
@@ -150,10 +177,20 @@ pub async fn list_is_a_consistent_snapshot_during_writes(b: &mut impl Backend) {
     while !writer.is_finished() || snapshots == 0 {
         let list = s.list(ListOptions::prefix("/snap/")).await.unwrap();
         assert_eq!(list.items.len(), KEYS);
-        let values: Vec<u32> = list.items.iter().map(|kv| text(&kv.value).parse().unwrap()).collect();
+        let values: Vec<u32> = list
+            .items
+            .iter()
+            .map(|kv| text(&kv.value).parse().unwrap())
+            .collect();
         let first = values[0];
-        assert!(values.windows(2).all(|w| w[0] >= w[1]), "torn snapshot: {values:?}");
-        assert!(values.iter().all(|v| first - v <= 1), "torn snapshot: {values:?}");
+        assert!(
+            values.windows(2).all(|w| w[0] >= w[1]),
+            "torn snapshot: {values:?}"
+        );
+        assert!(
+            values.iter().all(|v| first - v <= 1),
+            "torn snapshot: {values:?}"
+        );
         assert!(list.items.iter().all(|kv| kv.mod_revision <= list.revision));
         // The same snapshot, read again in pages at its revision while writes go on, is identical.
         let mut paged = Vec::new();
@@ -194,7 +231,14 @@ pub async fn pagination_returns_every_key_once(b: &mut impl Backend) {
     expected.sort();
     let first = s.list(ListOptions::prefix("/page/")).await.unwrap();
     assert!(!first.more);
-    assert_eq!(first.items.iter().map(|kv| kv.key.clone()).collect::<Vec<_>>(), expected);
+    assert_eq!(
+        first
+            .items
+            .iter()
+            .map(|kv| kv.key.clone())
+            .collect::<Vec<_>>(),
+        expected
+    );
 
     // Pages at a fixed revision return the same set even while keys are deleted and added.
     let mut seen = Vec::new();
@@ -235,7 +279,11 @@ pub async fn pagination_returns_every_key_once(b: &mut impl Backend) {
         .await
         .unwrap();
     assert!(!page.more);
-    assert_eq!(page.items.len(), KEYS.div_ceil(3) + 1, "ns0 keys plus the one added");
+    assert_eq!(
+        page.items.len(),
+        KEYS.div_ceil(3) + 1,
+        "ns0 keys plus the one added"
+    );
     // A limit equal to the number of keys: all of them, and nothing more.
     let exact = s
         .list(ListOptions {
@@ -266,12 +314,26 @@ pub async fn list_at_past_revision(b: &mut impl Backend) {
         })
         .await
         .unwrap();
-    let old: BTreeMap<_, _> = old.items.iter().map(|kv| (kv.key.as_str(), text(&kv.value))).collect();
-    assert_eq!(old, BTreeMap::from([("/past/a", "a1".into()), ("/past/b", "b1".into())]));
+    let old: BTreeMap<_, _> = old
+        .items
+        .iter()
+        .map(|kv| (kv.key.as_str(), text(&kv.value)))
+        .collect();
+    assert_eq!(
+        old,
+        BTreeMap::from([("/past/a", "a1".into()), ("/past/b", "b1".into())])
+    );
 
     let now = s.list(ListOptions::prefix("/past/")).await.unwrap();
-    let now: BTreeMap<_, _> = now.items.iter().map(|kv| (kv.key.as_str(), text(&kv.value))).collect();
-    assert_eq!(now, BTreeMap::from([("/past/a", "a2".into()), ("/past/c", "c1".into())]));
+    let now: BTreeMap<_, _> = now
+        .items
+        .iter()
+        .map(|kv| (kv.key.as_str(), text(&kv.value)))
+        .collect();
+    assert_eq!(
+        now,
+        BTreeMap::from([("/past/a", "a2".into()), ("/past/c", "c1".into())])
+    );
 
     let future = s.current_revision().await.unwrap() + 10;
     let err = s
@@ -286,7 +348,12 @@ pub async fn list_at_past_revision(b: &mut impl Backend) {
 
 pub async fn prefixes_are_isolated(b: &mut impl Backend) {
     let s = b.open().await;
-    for key in ["/pods/default/a", "/pods/kube-system/b", "/podtemplates/default/t", "/pods"] {
+    for key in [
+        "/pods/default/a",
+        "/pods/kube-system/b",
+        "/podtemplates/default/t",
+        "/pods",
+    ] {
         s.create(key, bytes(key)).await.unwrap();
     }
     let pods = s.list(ListOptions::prefix("/pods/")).await.unwrap();
@@ -311,7 +378,9 @@ pub async fn prefixes_are_isolated(b: &mut impl Backend) {
 pub async fn reopen_keeps_data_and_revision(b: &mut impl Backend) {
     let s = b.open().await;
     for i in 0..50 {
-        s.create(&format!("/re/k{i}"), bytes(format!("v{i}"))).await.unwrap();
+        s.create(&format!("/re/k{i}"), bytes(format!("v{i}")))
+            .await
+            .unwrap();
     }
     s.update("/re/k0", bytes("changed"), None).await.unwrap();
     s.delete("/re/k1", None).await.unwrap();

@@ -48,7 +48,10 @@ async fn mixed_writes(
                         let d = s.delete(&key, None).await.unwrap();
                         assert_eq!(text(&d.prev.value), prev);
                         live.remove(&key);
-                        (d.revision, (EventKind::Delete, key, String::new(), Some(prev)))
+                        (
+                            d.revision,
+                            (EventKind::Delete, key, String::new(), Some(prev)),
+                        )
                     }
                     Some(prev) => {
                         let kv = s.update(&key, bytes(value.clone()), None).await.unwrap();
@@ -66,7 +69,10 @@ async fn mixed_writes(
     let mut all = BTreeMap::new();
     for t in tasks {
         for (rev, event) in t.await.unwrap() {
-            assert!(all.insert(rev, event).is_none(), "revision {rev} given twice");
+            assert!(
+                all.insert(rev, event).is_none(),
+                "revision {rev} given twice"
+            );
         }
     }
     all
@@ -84,7 +90,10 @@ pub async fn watch_delivers_every_event_once_in_order(b: &mut impl Backend) {
         .iter()
         .map(|e| {
             let prev = e.prev.as_ref().map(|p| text(&p.value));
-            (e.revision(), (e.kind, e.kv.key.clone(), text(&e.kv.value), prev))
+            (
+                e.revision(),
+                (e.kind, e.kv.key.clone(), text(&e.kv.value), prev),
+            )
         })
         .collect();
     assert_eq!(events.len(), seen.len(), "an event was delivered twice");
@@ -216,7 +225,9 @@ pub async fn compaction_fails_old_revisions_and_keeps_current_state(b: &mut impl
     s.create("/c/a", bytes("a1")).await.unwrap();
     s.create("/c/b", bytes("b1")).await.unwrap();
     for i in 2..=4 {
-        s.update("/c/a", bytes(format!("a{i}")), None).await.unwrap();
+        s.update("/c/a", bytes(format!("a{i}")), None)
+            .await
+            .unwrap();
     }
     s.delete("/c/b", None).await.unwrap();
     s.create("/c/untouched", bytes("u")).await.unwrap();
@@ -227,7 +238,10 @@ pub async fn compaction_fails_old_revisions_and_keeps_current_state(b: &mut impl
     // Compacting again, or to an older revision, is harmless.
     s.compact(at).await.unwrap();
     s.compact(at - 2).await.unwrap();
-    let err = s.compact(s.current_revision().await.unwrap() + 100).await.unwrap_err();
+    let err = s
+        .compact(s.current_revision().await.unwrap() + 100)
+        .await
+        .unwrap_err();
     assert!(matches!(err, Error::FutureRevision { .. }), "{err:?}");
 
     expect_compacted(&s, "/c/", at - 2).await;
@@ -247,8 +261,15 @@ pub async fn compaction_fails_old_revisions_and_keeps_current_state(b: &mut impl
         })
         .await
         .unwrap();
-    let state: BTreeMap<_, _> = snapshot.items.iter().map(|kv| (kv.key.as_str(), text(&kv.value))).collect();
-    assert_eq!(state, BTreeMap::from([("/c/a", "a4".into()), ("/c/untouched", "u".into())]));
+    let state: BTreeMap<_, _> = snapshot
+        .items
+        .iter()
+        .map(|kv| (kv.key.as_str(), text(&kv.value)))
+        .collect();
+    assert_eq!(
+        state,
+        BTreeMap::from([("/c/a", "a4".into()), ("/c/untouched", "u".into())])
+    );
 
     let mut stream = s.watch("/c/", at).await.unwrap();
     let now = s.current_revision().await.unwrap();
@@ -261,5 +282,8 @@ pub async fn compaction_fails_old_revisions_and_keeps_current_state(b: &mut impl
 
     let current = s.list(ListOptions::prefix("/c/")).await.unwrap();
     assert_eq!(current.items.len(), 3);
-    assert_eq!(text(&s.get("/c/untouched").await.unwrap().unwrap().value), "u");
+    assert_eq!(
+        text(&s.get("/c/untouched").await.unwrap().unwrap().value),
+        "u"
+    );
 }

@@ -1,0 +1,186 @@
+//! A local single-member etcd server, for tests and benchmarks: the real `etcd` binary (Debian's
+//! `etcd-server` package) on free loopback ports with its own data directory, killed when dropped.
+//! Never the default ports 2379/2380: something else on the machine may hold them.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long etcd gets to elect itself leader and report healthy.
+const START_TIMEOUT: Duration = Duration::from_secs(20);
+/// Another process can take a port between our probe releasing it and etcd binding it; retry then.
+const START_ATTEMPTS: usize = 3;
+
+/// A running etcd server. `endpoint` is its client URL, e.g. `http://127.0.0.1:40123`.
+pub struct EtcdProcess {
+    pub endpoint: String,
+    child: Child,
+    log_path: PathBuf,
+    // Removed after the process is killed (fields drop after `Drop::drop`).
+    _dir: tempfile::TempDir,
+}
+
+impl EtcdProcess {
+    /// Starts etcd (fsync on, as in production) and waits until it answers its health check.
+    pub fn start() -> Result<EtcdProcess, String> {
+        let mut last_log = String::new();
+        for _ in 0..START_ATTEMPTS {
+            match try_start()? {
+                Ok(server) => return Ok(server),
+                Err(log) => last_log = log,
+            }
+        }
+        Err(format!(
+            "etcd could not bind its ports after {START_ATTEMPTS} attempts; last log:\n{last_log}"
+        ))
+    }
+
+    /// The value of a Prometheus gauge or counter from etcd's `/metrics`.
+    pub fn metric(&self, name: &str) -> Option<f64> {
+        let body = http_get(&self.endpoint, "/metrics").ok()?;
+        body.lines()
+            .filter(|line| !line.starts_with('#'))
+            .find_map(|line| {
+                let (metric, value) = line.split_once(' ')?;
+                (metric == name).then(|| value.trim().parse().ok())?
+            })
+    }
+
+    /// What etcd has logged so far (for failure messages).
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+
+    /// The process id, e.g. to read its memory use.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn data_dir(&self) -> &Path {
+        self._dir.path()
+    }
+}
+
+impl Drop for EtcdProcess {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `Ok(Err(log))`: the start failed because a port was taken (retry); `Err`: it cannot work.
+fn try_start() -> Result<Result<EtcdProcess, String>, String> {
+    let dir =
+        tempfile::tempdir().map_err(|e| format!("cannot create a directory for etcd: {e}"))?;
+    let data_dir = dir.path().join("data");
+    let log_path = dir.path().join("etcd.log");
+    let log =
+        std::fs::File::create(&log_path).map_err(|e| format!("cannot create etcd's log: {e}"))?;
+    let log_err = log.try_clone().map_err(|e| e.to_string())?;
+
+    // Hold both listeners at once so the two ports differ, then release them for etcd.
+    let (client_port, peer_port) = {
+        let bind = || {
+            TcpListener::bind("127.0.0.1:0")
+                .and_then(|l| l.local_addr())
+                .map_err(|e| format!("cannot bind a loopback port: {e}"))
+        };
+        let (client, peer) = (bind()?, bind()?);
+        (client.port(), peer.port())
+    };
+    let client_url = format!("http://127.0.0.1:{client_port}");
+    let peer_url = format!("http://127.0.0.1:{peer_port}");
+
+    let mut command = Command::new("etcd");
+    // Stray ETCD_* variables would override or conflict with our flags.
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("ETCD_") {
+            command.env_remove(name);
+        }
+    }
+    if std::env::consts::ARCH == "aarch64" {
+        // etcd 3.4 refuses to start on arm64 without this.
+        command.env("ETCD_UNSUPPORTED_ARCH", "arm64");
+    }
+    command
+        .arg("--name=rkube-local")
+        .arg(format!("--data-dir={}", data_dir.display()))
+        .arg(format!("--listen-client-urls={client_url}"))
+        .arg(format!("--advertise-client-urls={client_url}"))
+        .arg(format!("--listen-peer-urls={peer_url}"))
+        .arg(format!("--initial-advertise-peer-urls={peer_url}"))
+        .arg(format!("--initial-cluster=rkube-local={peer_url}"))
+        .arg("--initial-cluster-state=new")
+        // A lone member need not wait the default 1-2 s before electing itself.
+        .arg("--heartbeat-interval=50")
+        .arg("--election-timeout=250")
+        .arg("--logger=zap")
+        .arg("--log-outputs=stderr")
+        .stdin(Stdio::null())
+        .stdout(log)
+        .stderr(log_err);
+    let child = match command.spawn() {
+        Ok(child) => child,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            return Err(
+                "the `etcd` binary is not on PATH; scripts/test.sh installs it \
+                        (Debian package etcd-server)"
+                    .into(),
+            )
+        }
+        Err(e) => return Err(format!("cannot start etcd: {e}")),
+    };
+    let mut server = EtcdProcess {
+        endpoint: client_url,
+        child,
+        log_path,
+        _dir: dir,
+    };
+
+    let deadline = Instant::now() + START_TIMEOUT;
+    loop {
+        if let Ok(Some(status)) = server.child.try_wait() {
+            let log = server.log();
+            if log.contains("address already in use") {
+                return Ok(Err(log));
+            }
+            return Err(format!(
+                "etcd exited during startup ({status}); its log:\n{log}"
+            ));
+        }
+        if let Ok(body) = http_get(&server.endpoint, "/health") {
+            if body.contains("\"health\":\"true\"") {
+                return Ok(Ok(server));
+            }
+        }
+        if Instant::now() > deadline {
+            return Err(format!(
+                "etcd at {} did not become healthy within {START_TIMEOUT:?}; its log:\n{}",
+                server.endpoint,
+                server.log()
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A minimal HTTP/1.0 GET (no client dependency): the response body.
+fn http_get(endpoint: &str, path: &str) -> std::io::Result<String> {
+    let address = endpoint.trim_start_matches("http://");
+    let mut stream = TcpStream::connect(address)?;
+    stream.set_read_timeout(Some(Duration::from_secs(2)))?;
+    stream.set_write_timeout(Some(Duration::from_secs(2)))?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {address}\r\n\r\n")?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    match response.split_once("\r\n\r\n") {
+        Some((head, body)) if head.starts_with("HTTP/1.") && head.contains(" 200 ") => {
+            Ok(body.to_string())
+        }
+        _ => Err(std::io::Error::other(format!(
+            "unexpected response from {endpoint}{path}"
+        ))),
+    }
+}

@@ -42,3 +42,43 @@ pub fn spawn_auto_compaction(
         }
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sqlite::{SqliteOptions, SqliteStore};
+    use crate::ListOptions;
+
+    #[tokio::test]
+    async fn compacts_to_the_revision_seen_one_interval_ago() {
+        let dir = tempfile::tempdir().unwrap();
+        let store: Arc<dyn Store> =
+            Arc::new(SqliteStore::open(dir.path().join("s.db"), SqliteOptions::default()).unwrap());
+        store.create("/k/a", "1".into()).await.unwrap();
+        let early = store.current_revision().await.unwrap();
+        let task = spawn_auto_compaction(store.clone(), Duration::from_millis(100));
+        for i in 0..5 {
+            store.update("/k/a", format!("v{i}").into(), None).await.unwrap();
+        }
+        let latest = store.current_revision().await.unwrap();
+        // Two ticks later the revision seen at the first tick (>= latest) is compacted.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            match store.watch("/k/", early).await {
+                Err(crate::Error::Compacted { .. }) => break,
+                _ if tokio::time::Instant::now() > deadline => panic!("history was never compacted"),
+                _ => tokio::time::sleep(Duration::from_millis(50)).await,
+            }
+        }
+        task.abort();
+        let list = store
+            .list(ListOptions {
+                at_revision: Some(latest),
+                ..ListOptions::prefix("/k/")
+            })
+            .await
+            .unwrap();
+        assert_eq!(list.items.len(), 1);
+        assert_eq!(&list.items[0].value[..], b"v4");
+    }
+}

@@ -1,0 +1,19 @@
+//! Kubernetes API machinery (upstream `k8s.io/apimachinery` and the pure parts of `k8s.io/apiserver` and
+//! `pkg/printers`): everything about API objects that needs no I/O, so it is unit-testable on its own.
+//!
+//! - [`status`]: API errors as `metav1.Status` with upstream's codes, reasons and wording.
+//! - [`labels`], [`fields`]: label and field selectors.
+//! - [`patch`]: JSON patch, JSON merge patch and strategic merge patch.
+//! - [`defaults`], [`validation`]: defaulting and validation of built-in kinds.
+//! - [`printers`]: the columns of server-side `Table` output, as `kubectl get` shows them.
+//!
+//! Objects are handled as `serde_json::Value` in their served JSON form, so the same code serves built-in
+//! kinds and custom resources.
+
+pub mod defaults;
+pub mod fields;
+pub mod labels;
+pub mod patch;
+pub mod printers;
+pub mod status;
+pub mod validation;

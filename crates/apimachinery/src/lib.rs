@@ -5,6 +5,7 @@
 //! - [`labels`], [`fields`]: label and field selectors.
 //! - [`patch`]: JSON patch, JSON merge patch and strategic merge patch.
 //! - [`defaults`], [`validation`]: defaulting and validation of built-in kinds.
+//! - [`resources`]: the registry of served resources (built-in and custom), which discovery publishes.
 //! - [`printers`]: the columns of server-side `Table` output, as `kubectl get` shows them.
 //!
 //! Objects are handled as `serde_json::Value` in their served JSON form, so the same code serves built-in
@@ -15,5 +16,6 @@ pub mod fields;
 pub mod labels;
 pub mod patch;
 pub mod printers;
+pub mod resources;
 pub mod status;
 pub mod validation;

@@ -1,6 +1,7 @@
 //! `rkube`: Kubernetes, rebuilt in Rust. One binary whose subcommands are the Kubernetes components.
 
 mod bench;
+mod serve;
 
 use clap::{Parser, Subcommand};
 
@@ -13,6 +14,10 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Every component in one process on an embedded store (for now: the API server).
+    Server(serve::ServeArgs),
+    /// The Kubernetes API server.
+    Apiserver(serve::ServeArgs),
     /// Measure a part of rkube (results go to docs/benchmarks.md).
     Bench(bench::BenchArgs),
 }
@@ -38,6 +43,7 @@ fn main() -> std::process::ExitCode {
     };
     let result = runtime.block_on(async {
         match cli.command {
+            Command::Server(args) | Command::Apiserver(args) => serve::run(args).await,
             Command::Bench(args) => bench::run(args).await,
         }
     });

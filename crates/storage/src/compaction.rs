@@ -15,6 +15,16 @@ pub fn spawn_auto_compaction(
     store: Arc<dyn Store>,
     interval: Duration,
 ) -> tokio::task::JoinHandle<()> {
+    spawn_auto_compaction_with(store, interval, |_| {})
+}
+
+/// As [`spawn_auto_compaction`], calling `on_compacted` with each revision compacted (the API server's
+/// watch cache stops serving history older than it).
+pub fn spawn_auto_compaction_with(
+    store: Arc<dyn Store>,
+    interval: Duration,
+    on_compacted: impl Fn(crate::Revision) + Send + 'static,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut ticker = tokio::time::interval(interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -34,7 +44,10 @@ pub fn spawn_auto_compaction(
                 }
             };
             match store.compact(previous).await {
-                Ok(()) => tracing::debug!(revision = previous, "compacted"),
+                Ok(()) => {
+                    tracing::debug!(revision = previous, "compacted");
+                    on_compacted(previous);
+                }
                 Err(crate::Error::Closed) => return,
                 Err(e) => tracing::warn!(error = %e, revision = previous, "compaction failed"),
             }

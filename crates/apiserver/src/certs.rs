@@ -1,0 +1,195 @@
+//! The cluster's certificates (what kubeadm's `certs` phase makes for upstream): a CA, the API server's
+//! serving certificate, and an admin client certificate in group `system:masters`, kept under
+//! `<data-dir>/pki/`. The CA and admin credential are made once; the serving certificate is re-issued at
+//! every start so its names always cover the address being served.
+
+use std::path::{Path, PathBuf};
+
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose,
+};
+
+#[derive(Debug, thiserror::Error)]
+#[error("certificates in {dir}: {message}")]
+pub struct PkiError {
+    dir: PathBuf,
+    message: String,
+}
+
+/// PEM text of the cluster's credentials.
+#[derive(Clone)]
+pub struct Pki {
+    pub dir: PathBuf,
+    pub ca_cert: String,
+    pub serving_cert: String,
+    pub serving_key: String,
+    pub admin_cert: String,
+    pub admin_key: String,
+}
+
+/// DNS names the serving certificate always carries (the in-cluster names of the `kubernetes` Service).
+const SERVICE_NAMES: &[&str] = &[
+    "localhost",
+    "kubernetes",
+    "kubernetes.default",
+    "kubernetes.default.svc",
+    "kubernetes.default.svc.cluster.local",
+];
+
+/// Loads the CA and admin credential from `<data_dir>/pki`, making them on first start, and issues a
+/// fresh serving certificate for `hosts` (IP addresses or names) plus the usual service names.
+pub fn ensure(data_dir: &Path, hosts: &[String]) -> Result<Pki, PkiError> {
+    let dir = data_dir.join("pki");
+    let err = |message: String| PkiError {
+        dir: dir.clone(),
+        message,
+    };
+    std::fs::create_dir_all(&dir).map_err(|e| err(format!("cannot create: {e}")))?;
+    let (ca_cert, ca_key) = load_or_make(&dir, "ca", |_| {
+        let key = KeyPair::generate()?;
+        let mut params = CertificateParams::new(Vec::<String>::new())?;
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.distinguished_name.push(DnType::CommonName, "rkube-ca");
+        params.key_usages = vec![
+            KeyUsagePurpose::KeyCertSign,
+            KeyUsagePurpose::CrlSign,
+            KeyUsagePurpose::DigitalSignature,
+        ];
+        params.not_after = rcgen::date_time_ymd(2036, 1, 1);
+        let cert = params.self_signed(&key)?;
+        Ok((cert.pem(), key.serialize_pem()))
+    })
+    .map_err(err)?;
+    let ca_key_pair = KeyPair::from_pem(&ca_key).map_err(|e| err(format!("ca.key: {e}")))?;
+    let issuer =
+        Issuer::from_ca_cert_pem(&ca_cert, ca_key_pair).map_err(|e| err(format!("ca.crt: {e}")))?;
+
+    let (admin_cert, admin_key) = load_or_make(&dir, "admin", |_| {
+        let key = KeyPair::generate()?;
+        let mut params = CertificateParams::new(Vec::<String>::new())?;
+        params.distinguished_name.push(DnType::CommonName, "kubernetes-admin");
+        params.distinguished_name.push(DnType::OrganizationName, "system:masters");
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+        params.not_after = rcgen::date_time_ymd(2036, 1, 1);
+        let cert = params.signed_by(&key, &issuer)?;
+        Ok((cert.pem(), key.serialize_pem()))
+    })
+    .map_err(err)?;
+
+    let mut names: Vec<String> = SERVICE_NAMES.iter().map(|s| s.to_string()).collect();
+    names.extend(["127.0.0.1".to_string(), "::1".to_string(), "10.96.0.1".to_string()]);
+    for host in hosts {
+        if !host.is_empty() && host != "0.0.0.0" && host != "::" && !names.contains(host) {
+            names.push(host.clone());
+        }
+    }
+    let serving = (|| -> Result<(String, String), rcgen::Error> {
+        let key = KeyPair::generate()?;
+        let mut params = CertificateParams::new(names)?;
+        params.distinguished_name.push(DnType::CommonName, "kube-apiserver");
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        params.not_after = rcgen::date_time_ymd(2036, 1, 1);
+        let cert = params.signed_by(&key, &issuer)?;
+        Ok((cert.pem(), key.serialize_pem()))
+    })()
+    .map_err(|e| err(format!("cannot issue the serving certificate: {e}")))?;
+    write_private(&dir.join("apiserver.crt"), &serving.0).map_err(err)?;
+    write_private(&dir.join("apiserver.key"), &serving.1).map_err(err)?;
+
+    Ok(Pki {
+        dir,
+        ca_cert,
+        serving_cert: serving.0,
+        serving_key: serving.1,
+        admin_cert,
+        admin_key,
+    })
+}
+
+/// Reads `<name>.crt` and `<name>.key`, or makes and writes them.
+fn load_or_make(
+    dir: &Path,
+    name: &str,
+    make: impl FnOnce(()) -> Result<(String, String), rcgen::Error>,
+) -> Result<(String, String), String> {
+    let (crt, key) = (dir.join(format!("{name}.crt")), dir.join(format!("{name}.key")));
+    if crt.exists() && key.exists() {
+        let read = |p: &Path| std::fs::read_to_string(p).map_err(|e| format!("cannot read {}: {e}", p.display()));
+        return Ok((read(&crt)?, read(&key)?));
+    }
+    let (cert, private) = make(()).map_err(|e| format!("cannot make {name} certificate: {e}"))?;
+    write_private(&key, &private)?;
+    write_private(&crt, &cert)?;
+    Ok((cert, private))
+}
+
+fn write_private(path: &Path, contents: &str) -> Result<(), String> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)
+        .map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
+    f.write_all(contents.as_bytes())
+        .and_then(|_| f.sync_all())
+        .map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
+    std::fs::rename(&tmp, path).map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+/// A kubeconfig for the admin credential, as kubectl reads it.
+pub fn admin_kubeconfig(pki: &Pki, server_url: &str) -> String {
+    use base64::Engine;
+    let b64 = |s: &str| base64::engine::general_purpose::STANDARD.encode(s.as_bytes());
+    format!(
+        "apiVersion: v1
+kind: Config
+clusters:
+- name: rkube
+  cluster:
+    server: {server_url}
+    certificate-authority-data: {ca}
+users:
+- name: rkube-admin
+  user:
+    client-certificate-data: {cert}
+    client-key-data: {key}
+contexts:
+- name: rkube
+  context:
+    cluster: rkube
+    user: rkube-admin
+    namespace: default
+current-context: rkube
+preferences: {{}}
+",
+        ca = b64(&pki.ca_cert),
+        cert = b64(&pki.admin_cert),
+        key = b64(&pki.admin_key),
+    )
+}
+
+/// Writes `contents` to `path` with owner-only permissions, atomically.
+pub fn write_kubeconfig(path: &Path, contents: &str) -> Result<(), String> {
+    write_private(path, contents)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn makes_then_reuses_the_ca_and_admin_credential() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = ensure(dir.path(), &["127.0.0.2".into()]).unwrap();
+        let second = ensure(dir.path(), &[]).unwrap();
+        assert_eq!(first.ca_cert, second.ca_cert);
+        assert_eq!(first.admin_cert, second.admin_cert);
+        assert_ne!(first.serving_cert, second.serving_cert, "serving cert re-issued");
+        let kubeconfig = admin_kubeconfig(&first, "https://127.0.0.1:6443");
+        assert!(kubeconfig.contains("server: https://127.0.0.1:6443"));
+    }
+}

@@ -1,0 +1,148 @@
+//! The rkube API server (upstream `kube-apiserver` / `k8s.io/apiserver`): the Kubernetes REST API over
+//! HTTPS on a revisioned store.
+//!
+//! Request path: TLS ([`server`]) -> authentication ([`authn`]) -> routing ([`request`]) -> discovery
+//! ([`discovery`]) or the generic REST handlers ([`rest`]) -> storage, with lists and watches served by
+//! the watch cache ([`watch_cache`]). Authorization and admission beyond namespace lifecycle come later.
+
+pub mod allocator;
+pub mod authn;
+pub mod bootstrap;
+pub mod certs;
+pub mod discovery;
+pub mod filter;
+pub mod objects;
+pub mod openapi;
+pub mod request;
+pub mod response;
+pub mod rest;
+pub mod server;
+pub mod watch_cache;
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use apimachinery::resources::Registry;
+use storage::Store;
+
+pub use server::Running;
+
+/// Which store to run on.
+#[derive(Clone, Debug)]
+pub enum StorageConfig {
+    /// The embedded SQLite store at `<data-dir>/state.db`.
+    Sqlite,
+    /// etcd v3 at these endpoints, keys under `prefix`.
+    Etcd { servers: Vec<String>, prefix: String },
+}
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub data_dir: PathBuf,
+    pub bind_address: IpAddr,
+    /// 0 picks a free port (tests); the kubeconfig names the port actually bound.
+    pub secure_port: u16,
+    pub storage: StorageConfig,
+    pub token_auth_file: Option<PathBuf>,
+    pub service_cluster_ip_range: String,
+    pub compaction_interval: Duration,
+    pub bookmark_interval: Duration,
+}
+
+impl Config {
+    pub fn new(data_dir: impl Into<PathBuf>) -> Config {
+        Config {
+            data_dir: data_dir.into(),
+            bind_address: IpAddr::from([127, 0, 0, 1]),
+            secure_port: 6443,
+            storage: StorageConfig::Sqlite,
+            token_auth_file: None,
+            service_cluster_ip_range: "10.96.0.0/12".into(),
+            compaction_interval: storage::compaction::DEFAULT_INTERVAL,
+            bookmark_interval: Duration::from_secs(60),
+        }
+    }
+}
+
+/// The server's shared state.
+pub struct ApiServer {
+    pub registry: Registry,
+    pub store: Arc<dyn Store>,
+    pub caches: Arc<watch_cache::CacheSet>,
+    pub tokens: authn::TokenAuthenticator,
+    pub services: allocator::ServiceAllocator,
+    pub secure_port: u16,
+    pub server_address: String,
+    pub bookmark_interval: Duration,
+}
+
+/// Opens the store, loads the caches, creates the bootstrap objects, writes the certificates and
+/// `<data-dir>/admin.kubeconfig`, and starts serving. Returns once the server accepts connections.
+pub async fn start(config: Config) -> Result<Running, String> {
+    std::fs::create_dir_all(&config.data_dir)
+        .map_err(|e| format!("cannot create data dir {}: {e}", config.data_dir.display()))?;
+    let store: Arc<dyn Store> = match &config.storage {
+        StorageConfig::Sqlite => {
+            let path = config.data_dir.join("state.db");
+            Arc::new(
+                storage::sqlite::SqliteStore::open(&path, Default::default()).map_err(|e| e.to_string())?,
+            )
+        }
+        StorageConfig::Etcd { servers, prefix } => Arc::new(
+            storage::etcd::EtcdStore::connect(servers, prefix)
+                .await
+                .map_err(|e| format!("cannot connect to etcd at {}: {e}", servers.join(",")))?,
+        ),
+    };
+    let tokens = match &config.token_auth_file {
+        Some(path) => authn::TokenAuthenticator::from_file(path)?,
+        None => authn::TokenAuthenticator::default(),
+    };
+    let listener = tokio::net::TcpListener::bind(SocketAddr::new(config.bind_address, config.secure_port))
+        .await
+        .map_err(|e| format!("cannot listen on {}:{}: {e}", config.bind_address, config.secure_port))?;
+    let local = listener.local_addr().map_err(|e| e.to_string())?;
+    let client_host = match config.bind_address {
+        IpAddr::V4(a) if a.is_unspecified() => "127.0.0.1".to_string(),
+        IpAddr::V6(a) if a.is_unspecified() => "127.0.0.1".to_string(),
+        IpAddr::V6(a) => format!("[{a}]"),
+        a => a.to_string(),
+    };
+    let registry = Registry::with_builtin();
+    let caches = watch_cache::CacheSet::new();
+    for r in registry.snapshot().resources.values() {
+        caches.ensure(&r.storage, &r.group, &r.plural);
+    }
+    let api = Arc::new(ApiServer {
+        registry,
+        store: store.clone(),
+        caches: caches.clone(),
+        tokens,
+        services: allocator::ServiceAllocator::new(&config.service_cluster_ip_range)?,
+        secure_port: local.port(),
+        server_address: format!("{client_host}:{}", local.port()),
+        bookmark_interval: config.bookmark_interval,
+    });
+    let current = store.current_revision().await.map_err(|e| e.to_string())?;
+    tokio::spawn(caches.clone().run(store.clone()));
+    if !caches.wait_for(current, Duration::from_secs(60)).await {
+        return Err("the watch cache did not load within 60 s".into());
+    }
+    bootstrap::ensure_defaults(&api).await?;
+    let compactor = {
+        let caches = caches.clone();
+        storage::compaction::spawn_auto_compaction_with(store.clone(), config.compaction_interval, move |rev| {
+            caches.set_compacted(rev)
+        })
+    };
+
+    let pki = certs::ensure(&config.data_dir, &[config.bind_address.to_string()]).map_err(|e| e.to_string())?;
+    let url = format!("https://{client_host}:{}", local.port());
+    let kubeconfig = config.data_dir.join("admin.kubeconfig");
+    certs::write_kubeconfig(&kubeconfig, &certs::admin_kubeconfig(&pki, &url))?;
+    let running = server::serve(api, listener, &pki, compactor).await?;
+    tracing::info!(%url, kubeconfig = %kubeconfig.display(), "rkube API server ready");
+    Ok(running)
+}

@@ -1,0 +1,239 @@
+//! REST handlers for resources (upstream `endpoints/handlers` over `registry/generic/registry.Store`):
+//! one generic implementation of every verb, driven by the resource registry and per-resource strategy
+//! hooks ([`strategy`]), never by hand-written handlers per kind.
+
+mod decode;
+mod delete;
+mod list;
+mod read;
+pub mod strategy;
+mod table;
+pub mod typed;
+mod watch;
+mod write;
+
+use std::sync::Arc;
+
+use apimachinery::resources::Resource;
+use apimachinery::status::{ApiError, Qualified};
+use bytes::Bytes;
+use http::{HeaderMap, Response, StatusCode};
+use serde_json::Value;
+
+use crate::objects;
+use crate::request::{Query, ResourceRequest, Verb};
+use crate::response::{self, Body, Representation};
+use crate::watch_cache::WatchCache;
+use crate::ApiServer;
+
+/// Everything a handler needs about one request.
+pub struct Ctx<'a> {
+    pub api: &'a Arc<ApiServer>,
+    pub resource: Arc<Resource>,
+    pub req: &'a ResourceRequest,
+    pub query: &'a Query,
+    pub headers: &'a HeaderMap,
+}
+
+impl Ctx<'_> {
+    pub fn qualified(&self) -> Qualified {
+        Qualified::new(&self.resource.group, &self.resource.plural)
+    }
+
+    pub fn qualified_kind(&self) -> Qualified {
+        Qualified::new(&self.resource.group, &self.resource.kind)
+    }
+
+    pub fn namespace(&self) -> &str {
+        self.req.namespace.as_deref().unwrap_or("")
+    }
+
+    pub fn name(&self) -> &str {
+        self.req.name.as_deref().unwrap_or("")
+    }
+
+    /// The storage key of an object.
+    pub fn key(&self, namespace: &str, name: &str) -> String {
+        if self.resource.namespaced {
+            format!("/{}/{namespace}/{name}", self.resource.storage)
+        } else {
+            format!("/{}/{name}", self.resource.storage)
+        }
+    }
+
+    /// The key prefix of a list: one namespace, or all.
+    pub fn list_prefix(&self) -> String {
+        match (&self.req.namespace, self.resource.namespaced) {
+            (Some(ns), true) => format!("/{}/{ns}/", self.resource.storage),
+            _ => format!("/{}/", self.resource.storage),
+        }
+    }
+
+    pub fn cache(&self) -> Arc<WatchCache> {
+        self.api
+            .caches
+            .ensure(&self.resource.storage, &self.resource.group, &self.resource.plural)
+    }
+
+    pub fn representation(&self) -> Result<Representation, ApiError> {
+        response::negotiate(self.headers, self.query.get("includeObject"))
+    }
+
+    pub fn dry_run(&self) -> bool {
+        self.query.get("dryRun") == Some("All")
+    }
+
+    /// The current stored object, or 404.
+    pub async fn current(&self, namespace: &str, name: &str) -> Result<(Value, i64), ApiError> {
+        let key = self.key(namespace, name);
+        let kv = self
+            .api
+            .store
+            .get(&key)
+            .await
+            .map_err(storage_error)?
+            .ok_or_else(|| ApiError::not_found(&self.qualified(), name))?;
+        let obj = objects::decode_stored(&kv.value, kv.mod_revision)
+            .map_err(|e| ApiError::internal(format!("stored object {key} is not valid JSON: {e}")))?;
+        Ok((obj, kv.mod_revision))
+    }
+
+    /// Serves one object in the negotiated representation.
+    pub fn object_response(&self, code: StatusCode, json: Bytes) -> Result<Response<Body>, ApiError> {
+        match self.representation()? {
+            Representation::Object => Ok(response::bytes_response(code, response::JSON, json)),
+            Representation::Table { include_object } => {
+                let obj: Value = serde_json::from_slice(&json).map_err(ApiError::internal)?;
+                let rv = objects::meta_str(&obj, "resourceVersion").unwrap_or("").to_string();
+                let t = table::table(&self.resource, &[obj], include_object, &rv, None);
+                Ok(response::json_response(code, &t))
+            }
+            Representation::Metadata => {
+                let obj: Value = serde_json::from_slice(&json).map_err(ApiError::internal)?;
+                Ok(response::json_response(code, &table::partial_metadata(&obj)))
+            }
+        }
+    }
+}
+
+/// Maps storage errors to API errors where no better context exists.
+pub fn storage_error(e: storage::Error) -> ApiError {
+    match e {
+        storage::Error::Compacted { requested, compacted } => {
+            ApiError::resource_version_too_old(requested, compacted)
+        }
+        storage::Error::FutureRevision { requested, current } => {
+            ApiError::too_large_resource_version(requested, current)
+        }
+        other => ApiError::internal(other),
+    }
+}
+
+/// Serves a resource request.
+pub async fn handle(
+    api: &Arc<ApiServer>,
+    req: &ResourceRequest,
+    query: &Query,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> Result<Response<Body>, ApiError> {
+    let snapshot = api.registry.snapshot();
+    let Some(resource) = snapshot.get(&req.group, &req.version, &req.resource) else {
+        // `namespaces/<name>/status|finalize` first parses as a namespaced resource of that name.
+        if let Some(ns_req) = req.as_namespace_subresource() {
+            if snapshot.get("", &ns_req.version, "namespaces").is_some() && req.group.is_empty() {
+                return Box::pin(handle(api, &ns_req, query, headers, body)).await;
+            }
+        }
+        return Err(ApiError {
+            code: 404,
+            reason: "NotFound",
+            message: "the server could not find the requested resource".into(),
+            details: None,
+        });
+    };
+    if resource.namespaced != req.namespace.is_some()
+        && !(req.namespace.is_none() && matches!(req.verb, Verb::List | Verb::Watch))
+    {
+        return Err(ApiError {
+            code: 404,
+            reason: "NotFound",
+            message: "the server could not find the requested resource".into(),
+            details: None,
+        });
+    }
+    if let Some(sub) = &req.subresource {
+        if !resource.has_subresource(sub) {
+            return Err(ApiError {
+                code: 404,
+                reason: "NotFound",
+                message: "the server could not find the requested resource".into(),
+                details: None,
+            });
+        }
+    } else if !resource.has_verb(req.verb.as_str()) {
+        return Err(ApiError::method_not_supported(
+            &Qualified::new(&resource.group, &resource.plural),
+            req.verb.as_str(),
+        ));
+    }
+    let ctx = Ctx {
+        api,
+        resource,
+        req,
+        query,
+        headers,
+    };
+    match (req.verb, req.subresource.as_deref()) {
+        (Verb::Get, None) => read::get(&ctx).await,
+        (Verb::Get, Some(sub)) => read::get_subresource(&ctx, sub).await,
+        (Verb::List, _) => list::list(&ctx).await,
+        (Verb::Watch, _) => watch::watch(&ctx).await,
+        (Verb::Create, None) => write::create(&ctx, body).await,
+        (Verb::Create, Some(sub)) => write::create_subresource(&ctx, sub, body).await,
+        (Verb::Update, sub) => write::update(&ctx, sub, body).await,
+        (Verb::Patch, sub) => write::patch(&ctx, sub, body).await,
+        (Verb::Delete, None) => delete::delete(&ctx, body).await,
+        (Verb::DeleteCollection, None) => delete::delete_collection(&ctx, body).await,
+        (verb, Some(sub)) => Err(ApiError::method_not_supported(
+            &Qualified::new(&ctx.resource.group, &format!("{}/{sub}", ctx.resource.plural)),
+            verb.as_str(),
+        )),
+    }
+}
+
+/// Creates an object on the server's own behalf (bootstrap objects), through the full create path.
+pub async fn create_internal(
+    api: &Arc<ApiServer>,
+    plural: &str,
+    namespace: Option<&str>,
+    obj: Value,
+) -> Result<(), ApiError> {
+    let resource = api
+        .registry
+        .get("", "v1", plural)
+        .ok_or_else(|| ApiError::internal(format!("no resource {plural}")))?;
+    let req = ResourceRequest {
+        group: String::new(),
+        version: "v1".into(),
+        namespace: namespace.map(str::to_string),
+        resource: plural.to_string(),
+        name: None,
+        subresource: None,
+        verb: Verb::Create,
+    };
+    let (query, headers) = (Query::default(), HeaderMap::new());
+    let ctx = Ctx {
+        api,
+        resource,
+        req: &req,
+        query: &query,
+        headers: &headers,
+    };
+    write::create_object(&ctx, obj).await.map(|_| ())
+}
+
+/// The largest request body accepted (upstream's 3 MiB).
+pub fn decode_limit() -> usize {
+    decode::MAX_BODY
+}

@@ -1,0 +1,70 @@
+//! GET of one object and of its read-only views (`status`, `scale`).
+
+use apimachinery::status::ApiError;
+use http::{Response, StatusCode};
+use serde_json::{json, Value};
+
+use super::Ctx;
+use crate::objects;
+use crate::response::{self, Body};
+
+/// `GET .../<name>`: a quorum read from the store by default; from the watch cache when the client
+/// accepts any version (`resourceVersion` set), as upstream.
+pub async fn get(ctx: &Ctx<'_>) -> Result<Response<Body>, ApiError> {
+    let rv = ctx.query.value("resourceVersion");
+    if rv.is_some() {
+        objects::parse_resource_version(rv.unwrap_or("")).map_err(ApiError::bad_request)?;
+        let key = ctx.key(ctx.namespace(), ctx.name());
+        return match ctx.cache().get(&key) {
+            Some(obj) => ctx.object_response(StatusCode::OK, obj.json.clone()),
+            None => Err(ApiError::not_found(&ctx.qualified(), ctx.name())),
+        };
+    }
+    let (obj, _) = ctx.current(ctx.namespace(), ctx.name()).await?;
+    let json = serde_json::to_vec(&obj).map_err(ApiError::internal)?;
+    ctx.object_response(StatusCode::OK, json.into())
+}
+
+pub async fn get_subresource(ctx: &Ctx<'_>, sub: &str) -> Result<Response<Body>, ApiError> {
+    let (obj, _) = ctx.current(ctx.namespace(), ctx.name()).await?;
+    match sub {
+        "scale" => Ok(response::json_response(StatusCode::OK, &scale_of(&obj)?)),
+        "status" | "approval" | "ephemeralcontainers" | "resize" => {
+            let json = serde_json::to_vec(&obj).map_err(ApiError::internal)?;
+            ctx.object_response(StatusCode::OK, json.into())
+        }
+        other => Err(ApiError::method_not_supported(&ctx.qualified(), &format!("get {other}"))),
+    }
+}
+
+/// The `autoscaling/v1` `Scale` view of a scalable object.
+pub fn scale_of(obj: &Value) -> Result<Value, ApiError> {
+    let meta = objects::meta(obj).cloned().unwrap_or_default();
+    let mut scale_meta = serde_json::Map::new();
+    for field in ["name", "namespace", "uid", "resourceVersion", "creationTimestamp"] {
+        if let Some(v) = meta.get(field) {
+            scale_meta.insert(field.into(), v.clone());
+        }
+    }
+    let selector = match obj.pointer("/spec/selector") {
+        // ReplicationController: a plain map.
+        Some(Value::Object(m)) if !m.contains_key("matchLabels") && !m.contains_key("matchExpressions") => {
+            let set = m.clone();
+            apimachinery::labels::selector_from_set(&set).to_string()
+        }
+        Some(sel) => apimachinery::labels::selector_from_label_selector(sel)
+            .map(|s| s.to_string())
+            .unwrap_or_default(),
+        None => String::new(),
+    };
+    Ok(json!({
+        "kind": "Scale",
+        "apiVersion": "autoscaling/v1",
+        "metadata": scale_meta,
+        "spec": {"replicas": obj.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(0)},
+        "status": {
+            "replicas": obj.pointer("/status/replicas").and_then(Value::as_i64).unwrap_or(0),
+            "selector": selector,
+        },
+    }))
+}

@@ -1,0 +1,193 @@
+//! Per-resource behaviour on writes (upstream `rest.RESTCreateStrategy`/`RESTUpdateStrategy` of each
+//! registry package): what a create resets, what an update may change on the main resource versus its
+//! `status`, when `metadata.generation` moves, and defaulting and validation through
+//! `apimachinery::{defaults, validation}`.
+
+use apimachinery::resources::Resource;
+use serde_json::{json, Map, Value};
+
+use crate::objects;
+
+/// Metadata the server owns: copied from the stored object on every update.
+const SERVER_OWNED_META: &[&str] = &[
+    "uid",
+    "creationTimestamp",
+    "deletionTimestamp",
+    "deletionGracePeriodSeconds",
+    "generation",
+    "namespace",
+    "name",
+];
+
+/// Resets what a client may not set on create.
+pub fn prepare_for_create(resource: &Resource, obj: &mut Value) {
+    let meta = objects::meta_mut(obj);
+    for field in ["deletionTimestamp", "deletionGracePeriodSeconds", "selfLink", "resourceVersion"] {
+        meta.remove(field);
+    }
+    if resource.generation {
+        meta.insert("generation".into(), 1.into());
+    } else {
+        meta.remove("generation");
+    }
+    let status = match (resource.group.as_str(), resource.plural.as_str()) {
+        ("", "pods") => Some(json!({"phase": "Pending", "qosClass": qos_class(obj)})),
+        ("", "namespaces") => Some(json!({"phase": "Active"})),
+        ("", "persistentvolumeclaims") | ("", "persistentvolumes") => Some(json!({"phase": "Pending"})),
+        // Nodes are registered with their status by the kubelet; custom resources keep theirs too.
+        ("", "nodes") => None,
+        _ if resource.has_subresource("status") => Some(Value::Null),
+        _ => None,
+    };
+    if let (Some(status), Value::Object(map)) = (status, obj) {
+        if status.is_null() {
+            map.remove("status");
+        } else {
+            map.insert("status".into(), status);
+        }
+    }
+}
+
+/// An update of the main resource: server-owned metadata and (for resources with a status
+/// subresource) the status come from the stored object; generation moves when the spec changed.
+pub fn prepare_for_update(resource: &Resource, new: &mut Value, old: &Value) {
+    copy_server_meta(new, old);
+    if resource.has_subresource("status") {
+        set_top(new, "status", old.get("status").cloned());
+    }
+    bump_generation(resource, new, old);
+}
+
+/// A `status` update: everything but the status comes from the stored object.
+pub fn prepare_for_status_update(new: &mut Value, old: &Value) {
+    let status = new.get("status").cloned();
+    let mut merged = old.clone();
+    set_top(&mut merged, "status", status);
+    if let Some(rv) = objects::meta_str(new, "resourceVersion").map(str::to_string) {
+        objects::set_meta(&mut merged, "resourceVersion", rv);
+    }
+    *new = merged;
+}
+
+fn copy_server_meta(new: &mut Value, old: &Value) {
+    let old_meta = objects::meta(old).cloned().unwrap_or_default();
+    let meta = objects::meta_mut(new);
+    for field in SERVER_OWNED_META {
+        match old_meta.get(*field) {
+            Some(v) => meta.insert(field.to_string(), v.clone()),
+            None => meta.remove(*field),
+        };
+    }
+}
+
+fn set_top(obj: &mut Value, field: &str, value: Option<Value>) {
+    if let Value::Object(map) = obj {
+        match value {
+            Some(v) => map.insert(field.to_string(), v),
+            None => map.remove(field),
+        };
+    }
+}
+
+/// Everything but metadata and status: a change here is a spec change.
+fn spec_part(obj: &Value) -> Map<String, Value> {
+    obj.as_object()
+        .map(|m| {
+            m.iter()
+                .filter(|(k, _)| !matches!(k.as_str(), "metadata" | "status" | "apiVersion" | "kind"))
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn bump_generation(resource: &Resource, new: &mut Value, old: &Value) {
+    if !resource.generation {
+        return;
+    }
+    let old_gen = objects::meta(old).and_then(|m| m.get("generation")).and_then(Value::as_i64).unwrap_or(1);
+    let changed = spec_part(new) != spec_part(old);
+    objects::set_meta(new, "generation", if changed { old_gen + 1 } else { old_gen });
+}
+
+/// Upstream's `qos.GetPodQOS`: Guaranteed when every container has equal, non-zero cpu and memory
+/// requests and limits; BestEffort when none has any; Burstable otherwise.
+pub fn qos_class(pod: &Value) -> &'static str {
+    let mut containers: Vec<&Value> = Vec::new();
+    for list in ["containers", "initContainers"] {
+        if let Some(cs) = pod.pointer(&format!("/spec/{list}")).and_then(Value::as_array) {
+            containers.extend(cs);
+        }
+    }
+    let mut any = false;
+    let mut guaranteed = !containers.is_empty();
+    for c in containers {
+        let requests = c.pointer("/resources/requests").and_then(Value::as_object);
+        let limits = c.pointer("/resources/limits").and_then(Value::as_object);
+        let nonzero = |m: Option<&Map<String, Value>>, r: &str| {
+            m.and_then(|m| m.get(r)).and_then(Value::as_str).is_some_and(|q| !is_zero_quantity(q))
+        };
+        for r in ["cpu", "memory"] {
+            if nonzero(requests, r) || nonzero(limits, r) {
+                any = true;
+            }
+            // Requests default to limits, so a limit alone counts as an equal request.
+            let limit = limits.and_then(|m| m.get(r));
+            let request = requests.and_then(|m| m.get(r)).or(limit);
+            if !nonzero(limits, r) || request != limit {
+                guaranteed = false;
+            }
+        }
+    }
+    if !any {
+        "BestEffort"
+    } else if guaranteed {
+        "Guaranteed"
+    } else {
+        "Burstable"
+    }
+}
+
+fn is_zero_quantity(q: &str) -> bool {
+    let digits: String = q.chars().take_while(|c| c.is_ascii_digit() || *c == '.').collect();
+    digits.parse::<f64>().map(|n| n == 0.0).unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use apimachinery::resources::Registry;
+
+    #[test]
+    fn status_and_generation_follow_upstream() {
+        let reg = Registry::with_builtin();
+        let deploy = reg.get("apps", "v1", "deployments").unwrap();
+        let mut d = json!({"metadata": {"name": "web", "generation": 7}, "spec": {"replicas": 1}, "status": {"replicas": 5}});
+        prepare_for_create(&deploy, &mut d);
+        assert_eq!(d["metadata"]["generation"], 1);
+        assert!(d.get("status").is_none());
+        let old = json!({"metadata": {"name": "web", "generation": 1, "uid": "u1"}, "spec": {"replicas": 1}, "status": {"replicas": 1}});
+        let mut same = json!({"metadata": {"name": "web", "uid": "forged"}, "spec": {"replicas": 1}, "status": {"replicas": 9}});
+        prepare_for_update(&deploy, &mut same, &old);
+        assert_eq!(same["metadata"]["generation"], 1);
+        assert_eq!(same["metadata"]["uid"], "u1");
+        assert_eq!(same["status"]["replicas"], 1, "status ignored on the main resource");
+        let mut scaled = json!({"metadata": {"name": "web"}, "spec": {"replicas": 3}});
+        prepare_for_update(&deploy, &mut scaled, &old);
+        assert_eq!(scaled["metadata"]["generation"], 2);
+        let mut status = json!({"metadata": {"name": "web", "resourceVersion": "5"}, "spec": {"replicas": 100}, "status": {"replicas": 2}});
+        prepare_for_status_update(&mut status, &old);
+        assert_eq!(status["spec"]["replicas"], 1, "spec ignored on /status");
+        assert_eq!(status["status"]["replicas"], 2);
+    }
+
+    #[test]
+    fn pod_qos_classes() {
+        let besteffort = json!({"spec": {"containers": [{"name": "a"}]}});
+        assert_eq!(qos_class(&besteffort), "BestEffort");
+        let guaranteed = json!({"spec": {"containers": [{"resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}]}});
+        assert_eq!(qos_class(&guaranteed), "Guaranteed");
+        let burstable = json!({"spec": {"containers": [{"resources": {"requests": {"cpu": "100m"}}}]}});
+        assert_eq!(qos_class(&burstable), "Burstable");
+    }
+}

@@ -1,0 +1,238 @@
+//! WATCH (upstream `handlers.serveWatch` with the cacher's `cacheWatcher`): a chunked stream of
+//! `{"type": ..., "object": ...}` frames. Initial state as synthetic ADDED events when
+//! `resourceVersion` is "" or "0"; resume after any revision the watch cache or, failing that, the
+//! store still keeps; `ERROR` with a 410 `Status` for a compacted one; periodic `BOOKMARK`s when
+//! allowed; ends after `timeoutSeconds`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use apimachinery::status::ApiError;
+use bytes::Bytes;
+use futures::StreamExt;
+use http::{Response, StatusCode};
+use rand::Rng;
+use serde_json::{json, Value};
+use tokio::sync::mpsc;
+
+use super::list::{filter_of, CACHE_WAIT};
+use super::{storage_error, table, Ctx};
+use crate::objects;
+use crate::response::{self, Body, Representation};
+use crate::watch_cache::{json_frame, CacheEvent, EventType, SubscribeError, WatchStart};
+
+/// Frames buffered between the watch task and the connection.
+const OUT_BUFFER: usize = 256;
+
+pub async fn watch(ctx: &Ctx<'_>) -> Result<Response<Body>, ApiError> {
+    let mut filter = filter_of(ctx)?;
+    if let Some(name) = &ctx.req.name {
+        // `/watch/<resource>/<name>`: only that object.
+        let by_name = apimachinery::fields::parse(&format!("metadata.name={name}")).map_err(ApiError::bad_request)?;
+        filter.fields = Some(by_name);
+    }
+    let repr = ctx.representation()?;
+    let rv = ctx.query.get("resourceVersion").unwrap_or("");
+    let rv_num = objects::parse_resource_version(rv).map_err(ApiError::bad_request)?;
+    let bookmarks = ctx.query.flag("allowWatchBookmarks");
+    let send_initial = ctx.query.get("sendInitialEvents").map(|v| v == "true");
+    if send_initial.is_some() && ctx.query.get("resourceVersionMatch") != Some("NotOlderThan") {
+        return Err(ApiError::bad_request(
+            "sendInitialEvents is forbidden for watch unless resourceVersionMatch is set to NotOlderThan",
+        ));
+    }
+    let timeout = match ctx.query.value("timeoutSeconds") {
+        Some(t) => Duration::from_secs(t.parse::<u64>().map_err(|_| ApiError::bad_request(format!("invalid timeoutSeconds {t:?}")))?),
+        // Upstream spreads watch lifetimes over [min-request-timeout, 2x] so clients do not re-watch at once.
+        None => Duration::from_secs(rand::rng().random_range(1800..3600)),
+    };
+
+    let caches = &ctx.api.caches;
+    let target = if rv.is_empty() { ctx.api.store.current_revision().await.map_err(storage_error)? } else { rv_num };
+    if !caches.wait_for(target, CACHE_WAIT).await {
+        return Err(ApiError::too_large_resource_version(target, caches.revision()));
+    }
+    let initial_state = match send_initial {
+        Some(v) => v,
+        None => rv.is_empty() || rv == "0",
+    };
+    let start = if initial_state {
+        WatchStart::InitialState
+    } else if rv.is_empty() || rv == "0" {
+        WatchStart::After(caches.revision())
+    } else {
+        WatchStart::After(rv_num)
+    };
+    if let WatchStart::After(after) = start {
+        if after < caches.compacted() {
+            return Ok(error_stream(ApiError::resource_version_too_old(after, caches.compacted())));
+        }
+    }
+    let cache = ctx.cache();
+    let (initial, live, start_rv, from_store) = match cache.subscribe(filter.clone(), start, caches.revision()) {
+        Ok(sub) => (sub.initial, sub.live, sub.start_rv, false),
+        Err(SubscribeError::TooOld) => match store_watch(ctx, &filter, rv_num).await {
+            Ok(live) => (Vec::new(), live, rv_num, true),
+            Err(status) => return Ok(error_stream(status)),
+        },
+    };
+    let (out, body) = mpsc::channel::<Bytes>(OUT_BUFFER);
+    let stream = WatchStream {
+        encoder: Encoder {
+            repr,
+            resource: ctx.resource.clone(),
+        },
+        kind: ctx.resource.kind.clone(),
+        api_version: ctx.resource.api_version(),
+        bookmarks,
+        initial_events_end: send_initial == Some(true),
+        // A store-fed watch may lag the caches: its bookmarks only claim what it has sent.
+        revision: (!from_store).then(|| caches.subscribe_revision()),
+        bookmark_interval: ctx.api.bookmark_interval,
+        timeout,
+    };
+    tokio::spawn(stream.run(initial, live, start_rv, out));
+    let mut resp = Response::new(response::streaming(body));
+    *resp.status_mut() = StatusCode::OK;
+    resp.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
+    Ok(resp)
+}
+
+/// A store watch for a revision older than the cache keeps, converted to cache events.
+async fn store_watch(
+    ctx: &Ctx<'_>,
+    filter: &crate::filter::Filter,
+    after: i64,
+) -> Result<mpsc::Receiver<(Arc<CacheEvent>, EventType)>, ApiError> {
+    let mut events = ctx.api.store.watch(&ctx.list_prefix(), after).await.map_err(storage_error)?;
+    let (tx, rx) = mpsc::channel(1024);
+    let cache = ctx.cache();
+    let filter = filter.clone();
+    tokio::spawn(async move {
+        while let Some(item) = events.next().await {
+            let Ok(event) = item else {
+                // Compacted or closed: end the stream; the client re-lists.
+                return;
+            };
+            let Some(e) = CacheEvent::from_store(&cache, &event) else { continue };
+            if let Some(t) = e.type_for(&filter) {
+                if tx.send((Arc::new(e), t)).await.is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    Ok(rx)
+}
+
+/// A 200 stream holding one ERROR event, as upstream reports a watch that cannot start.
+fn error_stream(err: ApiError) -> Response<Body> {
+    let status = serde_json::to_vec(&err.to_status()).unwrap_or_default();
+    let frame = json_frame("ERROR", &status);
+    let mut resp = response::bytes_response(StatusCode::OK, "application/json", frame);
+    *resp.status_mut() = StatusCode::OK;
+    resp
+}
+
+struct Encoder {
+    repr: Representation,
+    resource: Arc<apimachinery::resources::Resource>,
+}
+
+impl Encoder {
+    fn frame(&self, event: &CacheEvent, kind: EventType) -> Bytes {
+        match self.repr {
+            Representation::Object => event.json_frame(kind),
+            Representation::Table { include_object } => {
+                let obj: Value = serde_json::from_slice(&event.object.json).unwrap_or(Value::Null);
+                let rv = event.rv.to_string();
+                let t = table::table(&self.resource, &[obj], include_object, &rv, None);
+                frame_of(kind.as_str(), &t)
+            }
+            Representation::Metadata => {
+                let obj: Value = serde_json::from_slice(&event.object.json).unwrap_or(Value::Null);
+                frame_of(kind.as_str(), &table::partial_metadata(&obj))
+            }
+        }
+    }
+}
+
+fn frame_of(kind: &str, object: &Value) -> Bytes {
+    json_frame(kind, &serde_json::to_vec(object).unwrap_or_default())
+}
+
+struct WatchStream {
+    encoder: Encoder,
+    kind: String,
+    api_version: String,
+    bookmarks: bool,
+    initial_events_end: bool,
+    revision: Option<tokio::sync::watch::Receiver<i64>>,
+    bookmark_interval: Duration,
+    timeout: Duration,
+}
+
+impl WatchStream {
+    fn bookmark(&self, rv: i64, initial_end: bool) -> Bytes {
+        let mut metadata = json!({"resourceVersion": rv.to_string(), "creationTimestamp": null});
+        if initial_end {
+            metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
+        }
+        let object = match self.encoder.repr {
+            Representation::Table { .. } => json!({"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": metadata, "columnDefinitions": [], "rows": []}),
+            _ => json!({"kind": self.kind, "apiVersion": self.api_version, "metadata": metadata}),
+        };
+        frame_of("BOOKMARK", &object)
+    }
+
+    async fn run(
+        self,
+        initial: Vec<(Arc<CacheEvent>, EventType)>,
+        mut live: mpsc::Receiver<(Arc<CacheEvent>, EventType)>,
+        start_rv: i64,
+        out: mpsc::Sender<Bytes>,
+    ) {
+        let deadline = tokio::time::sleep(self.timeout);
+        tokio::pin!(deadline);
+        let mut last_rv = start_rv;
+        for (event, kind) in initial {
+            last_rv = last_rv.max(event.rv);
+            if out.send(self.encoder.frame(&event, kind)).await.is_err() {
+                return;
+            }
+        }
+        if self.initial_events_end && out.send(self.bookmark(start_rv, true)).await.is_err() {
+            return;
+        }
+        let mut ticker = tokio::time::interval(self.bookmark_interval);
+        ticker.tick().await;
+        loop {
+            tokio::select! {
+                item = live.recv() => {
+                    let Some((event, kind)) = item else { return };
+                    last_rv = last_rv.max(event.rv);
+                    if out.send(self.encoder.frame(&event, kind)).await.is_err() {
+                        return;
+                    }
+                }
+                _ = ticker.tick(), if self.bookmarks => {
+                    // Everything up to the caches' revision has been handed to `live`: drain it, then
+                    // the bookmark's revision is exact.
+                    let rv = self.revision.as_ref().map(|r| *r.borrow()).unwrap_or(0);
+                    while let Ok((event, kind)) = live.try_recv() {
+                        last_rv = last_rv.max(event.rv);
+                        if out.send(self.encoder.frame(&event, kind)).await.is_err() {
+                            return;
+                        }
+                    }
+                    let rv = rv.max(last_rv);
+                    if out.send(self.bookmark(rv, false)).await.is_err() {
+                        return;
+                    }
+                }
+                _ = out.closed() => return,
+                _ = &mut deadline => return,
+            }
+        }
+    }
+}

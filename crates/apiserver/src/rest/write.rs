@@ -1,0 +1,313 @@
+//! CREATE, UPDATE and PATCH (upstream `handlers.CreateResource`/`UpdateResource`/`PatchResource` over
+//! `registry.Store.Create`/`Update`): decode, default, validate, then write with optimistic concurrency.
+//! An update without a resourceVersion precondition is retried on conflict, as upstream's
+//! `GuaranteedUpdate`; one with a precondition gets 409.
+
+use apimachinery::status::ApiError;
+use bytes::Bytes;
+use http::{Response, StatusCode};
+use serde_json::Value;
+
+use super::{decode, storage_error, strategy, typed, Ctx};
+use crate::objects;
+use crate::response::Body;
+
+/// Attempts of an unconditional update before giving up on a hot object.
+const MAX_RETRIES: usize = 20;
+
+pub async fn create(ctx: &Ctx<'_>, body: Bytes) -> Result<Response<Body>, ApiError> {
+    if ctx.req.name.is_some() {
+        return Err(ApiError::method_not_supported(&ctx.qualified(), "create with a name in the URL"));
+    }
+    let mut obj = decode::parse_body(ctx.headers, &body)?;
+    decode::check_type(&ctx.resource, &ctx.resource.api_version(), &ctx.resource.kind, &mut obj)?;
+    if objects::meta_str(&obj, "resourceVersion").is_some_and(|rv| !rv.is_empty()) {
+        return Err(ApiError::bad_request("resourceVersion should not be set on objects to be created"));
+    }
+    let warnings = typed::check_fields(
+        &ctx.resource.group,
+        &ctx.resource.version,
+        &ctx.resource.kind,
+        &mut obj,
+        ctx.query.get("fieldValidation"),
+    )?;
+    prepare_identity(ctx, &mut obj)?;
+    let kv = create_object(ctx, obj).await?;
+    let mut resp = ctx.object_response(StatusCode::CREATED, kv)?;
+    add_warnings(&mut resp, &warnings);
+    Ok(resp)
+}
+
+/// `Warning: 299 - "<text>"` headers, as upstream sends for unknown fields with `fieldValidation=Warn`.
+pub fn add_warnings(resp: &mut Response<Body>, warnings: &[String]) {
+    for w in warnings {
+        let text = format!("299 - {}", serde_json::Value::String(w.clone()));
+        if let Ok(v) = http::HeaderValue::from_str(&text) {
+            resp.headers_mut().append("Warning", v);
+        }
+    }
+}
+
+/// Namespace and name of a new object: the URL's namespace, the name or one made from generateName.
+fn prepare_identity(ctx: &Ctx<'_>, obj: &mut Value) -> Result<(), ApiError> {
+    if ctx.resource.namespaced {
+        let body_ns = objects::namespace(obj).to_string();
+        if !body_ns.is_empty() && body_ns != ctx.namespace() {
+            return Err(ApiError::bad_request(
+                "the namespace of the provided object does not match the namespace sent on the request",
+            ));
+        }
+        objects::set_meta(obj, "namespace", ctx.namespace());
+    } else {
+        objects::remove_meta(obj, "namespace");
+    }
+    if objects::name(obj).is_empty() {
+        let prefix = objects::meta_str(obj, "generateName").unwrap_or("").to_string();
+        if !prefix.is_empty() {
+            objects::set_meta(obj, "name", objects::generate_name(&prefix));
+        }
+    }
+    Ok(())
+}
+
+/// Defaults, validates and stores a new object; returns its served JSON.
+pub async fn create_object(ctx: &Ctx<'_>, mut obj: Value) -> Result<Bytes, ApiError> {
+    let (group, kind) = (ctx.resource.group.clone(), ctx.resource.kind.clone());
+    let uid = uuid::Uuid::new_v4().to_string();
+    objects::set_meta(&mut obj, "uid", uid.clone());
+    objects::set_meta(&mut obj, "creationTimestamp", objects::now_rfc3339());
+    strategy::prepare_for_create(&ctx.resource, &mut obj);
+    apimachinery::defaults::apply_defaults(&group, &kind, &mut obj);
+    if (group.as_str(), kind.as_str()) == ("batch", "Job") {
+        apimachinery::defaults::default_job_selector(&mut obj, &uid);
+    }
+    let name = objects::name(&obj).to_string();
+    let errors = if name.is_empty() {
+        vec![apimachinery::validation::field::FieldError::required(
+            &apimachinery::validation::field::FieldPath::root("metadata").child("name"),
+            "name or generateName is required",
+        )]
+    } else {
+        apimachinery::validation::validate_create(&group, &kind, &obj)
+    };
+    if !errors.is_empty() {
+        return Err(ApiError::invalid(&ctx.qualified_kind(), &name, &errors));
+    }
+    if ctx.resource.namespaced {
+        admit_namespace(ctx, objects::namespace(&obj)).await?;
+    }
+    if (group.as_str(), kind.as_str()) == ("", "Service") {
+        ctx.api.services.allocate(&ctx.api.caches, &mut obj)?;
+    }
+    if ctx.dry_run() {
+        return serde_json::to_vec(&obj).map(Bytes::from).map_err(ApiError::internal);
+    }
+    let key = ctx.key(objects::namespace(&obj), &name);
+    match ctx.api.store.create(&key, objects::encode_for_storage(&obj)).await {
+        Ok(kv) => Ok(objects::with_resource_version(&kv.value, kv.mod_revision)),
+        Err(storage::Error::AlreadyExists { .. }) => {
+            if (group.as_str(), kind.as_str()) == ("", "Service") {
+                ctx.api.services.release(&obj);
+            }
+            Err(ApiError::already_exists(&ctx.qualified(), &name))
+        }
+        Err(e) => Err(storage_error(e)),
+    }
+}
+
+/// Upstream's NamespaceLifecycle admission: the namespace must exist and not be terminating.
+async fn admit_namespace(ctx: &Ctx<'_>, namespace: &str) -> Result<(), ApiError> {
+    let key = format!("/namespaces/{namespace}");
+    let ns = match ctx.api.caches.get("namespaces").and_then(|c| c.get(&key)) {
+        Some(cached) => serde_json::from_slice::<Value>(&cached.json).ok(),
+        None => ctx
+            .api
+            .store
+            .get(&key)
+            .await
+            .map_err(storage_error)?
+            .and_then(|kv| serde_json::from_slice::<Value>(&kv.value).ok()),
+    };
+    let Some(ns) = ns else {
+        return Err(ApiError::not_found(&apimachinery::status::Qualified::new("", "namespaces"), namespace));
+    };
+    if objects::meta_str(&ns, "deletionTimestamp").is_some() {
+        let mut err = ApiError::forbidden(format!(
+            "unable to create new content in namespace {namespace} because it is being terminated"
+        ));
+        err.details = Some(apimachinery::status::Details {
+            name: namespace.to_string(),
+            kind: "namespaces".into(),
+            causes: vec![apimachinery::status::Cause {
+                reason: "NamespaceTerminating".into(),
+                message: format!("namespace {namespace} is being terminated"),
+                field: "metadata.namespace".into(),
+            }],
+            ..Default::default()
+        });
+        return Err(err);
+    }
+    Ok(())
+}
+
+/// POST to a subresource: `pods/<name>/binding`, `pods/<name>/eviction`.
+pub async fn create_subresource(ctx: &Ctx<'_>, sub: &str, body: Bytes) -> Result<Response<Body>, ApiError> {
+    match (ctx.resource.plural.as_str(), sub) {
+        ("pods", "binding") => super::delete::bind_pod(ctx, body).await,
+        ("pods", "eviction") => super::delete::evict_pod(ctx, body).await,
+        _ => Err(ApiError::method_not_supported(&ctx.qualified(), &format!("create {sub}"))),
+    }
+}
+
+/// PUT: the whole object, its status, or its scale.
+pub async fn update(ctx: &Ctx<'_>, sub: Option<&str>, body: Bytes) -> Result<Response<Body>, ApiError> {
+    let mut obj = decode::parse_body(ctx.headers, &body)?;
+    let (expected_version, expected_kind) = match sub {
+        Some("scale") => ("autoscaling/v1".to_string(), "Scale".to_string()),
+        _ => (ctx.resource.api_version(), ctx.resource.kind.clone()),
+    };
+    decode::check_type(&ctx.resource, &expected_version, &expected_kind, &mut obj)?;
+    let (g, v) = expected_version.split_once('/').unwrap_or(("", expected_version.as_str()));
+    let warnings = typed::check_fields(g, v, &expected_kind, &mut obj, ctx.query.get("fieldValidation"))?;
+    let body_name = objects::name(&obj);
+    if !body_name.is_empty() && body_name != ctx.name() {
+        return Err(ApiError::bad_request(format!(
+            "the name of the object ({body_name}) does not match the name on the URL ({})",
+            ctx.name()
+        )));
+    }
+    let precondition = objects::meta_str(&obj, "resourceVersion").filter(|s| !s.is_empty()).map(str::to_string);
+    let precondition = precondition
+        .map(|rv| objects::parse_resource_version(&rv).map_err(ApiError::bad_request))
+        .transpose()?;
+    let mut resp = guaranteed_update(ctx, sub, precondition, |_old| Ok(obj.clone())).await?;
+    add_warnings(&mut resp, &warnings);
+    Ok(resp)
+}
+
+/// PATCH: JSON patch, merge patch or strategic merge patch, applied to the current object (re-applied
+/// on a conflict with a concurrent writer).
+pub async fn patch(ctx: &Ctx<'_>, sub: Option<&str>, body: Bytes) -> Result<Response<Body>, ApiError> {
+    if body.len() > decode::MAX_BODY {
+        return Err(ApiError::request_entity_too_large("the patch is over 3 MiB"));
+    }
+    let patch_type = decode::patch_type(ctx.headers);
+    let patch: Value = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
+    let (group, version, kind) = (ctx.resource.group.clone(), ctx.resource.version.clone(), ctx.resource.kind.clone());
+    let field_validation = ctx.query.get("fieldValidation").map(str::to_string);
+    let scale = sub == Some("scale");
+    let apply = move |old: &Value| -> Result<Value, ApiError> {
+        let target = if scale { super::read::scale_of(old)? } else { old.clone() };
+        let result = match patch_type.as_str() {
+            "application/json-patch+json" => apimachinery::patch::apply_json_patch(&target, &patch),
+            "application/merge-patch+json" => apimachinery::patch::apply_merge_patch(&target, &patch),
+            "application/strategic-merge-patch+json" => {
+                let (g, k) = if scale { ("autoscaling", "Scale") } else { (group.as_str(), kind.as_str()) };
+                if !apimachinery::patch::supports_strategic_merge(g, k) && !scale {
+                    return Err(ApiError::unsupported_media_type(&patch_type));
+                }
+                apimachinery::patch::apply_strategic_merge_patch(&target, &patch, apimachinery::patch::schema_for(g, k))
+            }
+            "application/apply-patch+yaml" => {
+                return Err(ApiError {
+                    code: 415,
+                    reason: "UnsupportedMediaType",
+                    message: "server-side apply is not supported yet".into(),
+                    details: None,
+                })
+            }
+            other => return Err(ApiError::unsupported_media_type(other)),
+        };
+        let mut patched = result.map_err(|e| e.to_api_error())?;
+        let (g, v, k) = if scale { ("autoscaling", "v1", "Scale") } else { (group.as_str(), version.as_str(), kind.as_str()) };
+        typed::check_fields(g, v, k, &mut patched, field_validation.as_deref())?;
+        Ok(patched)
+    };
+    guaranteed_update(ctx, sub, None, apply).await
+}
+
+/// Reads the current object, computes the new one with `make`, and writes it with the current
+/// revision as precondition; retries on conflict unless the client gave its own precondition.
+async fn guaranteed_update(
+    ctx: &Ctx<'_>,
+    sub: Option<&str>,
+    precondition: Option<i64>,
+    make: impl Fn(&Value) -> Result<Value, ApiError>,
+) -> Result<Response<Body>, ApiError> {
+    for _ in 0..MAX_RETRIES {
+        let (old, old_rv) = ctx.current(ctx.namespace(), ctx.name()).await?;
+        let mut new = make(&old)?;
+        // A resourceVersion in the new object (a PUT body, or one a patch set) is a precondition.
+        let body_rv = objects::meta_str(&new, "resourceVersion")
+            .and_then(|rv| rv.parse::<i64>().ok())
+            .filter(|rv| *rv > 0);
+        if let Some(rv) = precondition.or(body_rv) {
+            if rv != old_rv {
+                return Err(ApiError::conflict_modified(&ctx.qualified(), ctx.name()));
+            }
+        }
+        new = match sub {
+            None => {
+                // Defaults first, so that fields the client left to defaulting compare equal.
+                apimachinery::defaults::apply_defaults(&ctx.resource.group, &ctx.resource.kind, &mut new);
+                strategy::prepare_for_update(&ctx.resource, &mut new, &old);
+                new
+            }
+            Some("status") => {
+                strategy::prepare_for_status_update(&mut new, &old);
+                new
+            }
+            Some("scale") => {
+                let replicas = new.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(0);
+                let mut scaled = old.clone();
+                scaled["spec"]["replicas"] = replicas.into();
+                strategy::prepare_for_update(&ctx.resource, &mut scaled, &old);
+                scaled
+            }
+            Some("finalize") => {
+                let mut finalized = old.clone();
+                finalized["spec"]["finalizers"] = new.pointer("/spec/finalizers").cloned().unwrap_or(Value::Array(vec![]));
+                finalized
+            }
+            Some("approval") | Some("ephemeralcontainers") | Some("resize") => {
+                let field = if sub == Some("approval") { "status" } else { "spec" };
+                let mut merged = old.clone();
+                merged[field] = new.get(field).cloned().unwrap_or(Value::Null);
+                merged
+            }
+            Some(other) => return Err(ApiError::method_not_supported(&ctx.qualified(), &format!("update {other}"))),
+        };
+        let errors = apimachinery::validation::validate_update(&ctx.resource.group, &ctx.resource.kind, &new, &old);
+        if !errors.is_empty() {
+            return Err(ApiError::invalid(&ctx.qualified_kind(), ctx.name(), &errors));
+        }
+        objects::set_meta(&mut new, "resourceVersion", old_rv.to_string());
+        if new == old || ctx.dry_run() {
+            let json = serde_json::to_vec(&new).map_err(ApiError::internal)?;
+            return respond(ctx, sub, json.into());
+        }
+        if super::delete::should_delete_after_update(ctx, &new) {
+            return super::delete::delete_now(ctx, &new, old_rv).await;
+        }
+        let key = ctx.key(ctx.namespace(), ctx.name());
+        match ctx.api.store.update(&key, objects::encode_for_storage(&new), Some(old_rv)).await {
+            Ok(kv) => return respond(ctx, sub, objects::with_resource_version(&kv.value, kv.mod_revision)),
+            Err(storage::Error::Conflict { .. }) if precondition.is_none() => continue,
+            Err(storage::Error::Conflict { .. }) => {
+                return Err(ApiError::conflict_modified(&ctx.qualified(), ctx.name()))
+            }
+            Err(storage::Error::NotFound { .. }) => return Err(ApiError::not_found(&ctx.qualified(), ctx.name())),
+            Err(e) => return Err(storage_error(e)),
+        }
+    }
+    Err(ApiError::conflict(&ctx.qualified(), ctx.name(), "too many concurrent updates; try again"))
+}
+
+fn respond(ctx: &Ctx<'_>, sub: Option<&str>, json: Bytes) -> Result<Response<Body>, ApiError> {
+    if sub == Some("scale") {
+        let obj: Value = serde_json::from_slice(&json).map_err(ApiError::internal)?;
+        return Ok(crate::response::json_response(StatusCode::OK, &super::read::scale_of(&obj)?));
+    }
+    ctx.object_response(StatusCode::OK, json)
+}

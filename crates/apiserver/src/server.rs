@@ -1,0 +1,244 @@
+//! The HTTPS server and the top of the handler chain (upstream `server.GenericAPIServer` with
+//! `DefaultBuildHandlerChain`): TLS with optional client certificates, HTTP/1.1 and HTTP/2,
+//! authentication, then health and version endpoints, discovery, and resources.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use apimachinery::status::ApiError;
+use bytes::Bytes;
+use http::{Method, Request, Response, StatusCode};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use serde_json::json;
+use tokio::net::TcpListener;
+
+use crate::authn::{self, UserInfo};
+use crate::certs::Pki;
+use crate::request::{self, Query, Target};
+use crate::response::{self, Body};
+use crate::rest::decode_limit;
+use crate::{discovery, ApiServer};
+
+/// A running server: its address, and how to stop it.
+pub struct Running {
+    pub addr: SocketAddr,
+    shutdown: tokio::sync::watch::Sender<bool>,
+    accept: tokio::task::JoinHandle<()>,
+    compactor: tokio::task::JoinHandle<()>,
+}
+
+impl Running {
+    /// Serves until the process is stopped.
+    pub async fn wait(self) {
+        let _ = self.accept.await;
+    }
+
+    /// Stops accepting connections and background work.
+    pub async fn shutdown(self) {
+        self.shutdown.send_replace(true);
+        self.compactor.abort();
+        let _ = self.accept.await;
+    }
+}
+
+fn tls_config(pki: &Pki) -> Result<rustls::ServerConfig, String> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(pki.ca_cert.as_bytes()) {
+        roots
+            .add(cert.map_err(|e| format!("ca.crt: {e}"))?)
+            .map_err(|e| format!("ca.crt: {e}"))?;
+    }
+    // Client certificates are optional at the TLS layer: token users connect without one.
+    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
+        .allow_unauthenticated()
+        .build()
+        .map_err(|e| format!("client certificate verifier: {e}"))?;
+    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(pki.serving_cert.as_bytes())
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("apiserver.crt: {e}"))?;
+    let key = PrivateKeyDer::from_pem_slice(pki.serving_key.as_bytes()).map_err(|e| format!("apiserver.key: {e}"))?;
+    let mut config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(certs, key)
+        .map_err(|e| format!("serving certificate: {e}"))?;
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(config)
+}
+
+pub async fn serve(
+    api: Arc<ApiServer>,
+    listener: TcpListener,
+    pki: &Pki,
+    compactor: tokio::task::JoinHandle<()>,
+) -> Result<Running, String> {
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls_config(pki)?));
+    let (shutdown, mut stop) = tokio::sync::watch::channel(false);
+    let accept = tokio::spawn(async move {
+        loop {
+            let (tcp, peer) = tokio::select! {
+                accepted = listener.accept() => match accepted {
+                    Ok(a) => a,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "accept failed");
+                        continue;
+                    }
+                },
+                _ = stop.wait_for(|s| *s) => return,
+            };
+            let _ = tcp.set_nodelay(true);
+            let (acceptor, api) = (acceptor.clone(), api.clone());
+            tokio::spawn(async move {
+                let tls = match acceptor.accept(tcp).await {
+                    Ok(tls) => tls,
+                    Err(e) => {
+                        tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                        return;
+                    }
+                };
+                let cert_user = tls
+                    .get_ref()
+                    .1
+                    .peer_certificates()
+                    .and_then(|certs| certs.first())
+                    .and_then(authn::user_from_certificate);
+                let service = hyper::service::service_fn(move |req| {
+                    let (api, cert_user) = (api.clone(), cert_user.clone());
+                    async move { Ok::<_, std::convert::Infallible>(handle(&api, cert_user, req).await) }
+                });
+                let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                if let Err(e) = builder.serve_connection(TokioIo::new(tls), service).await {
+                    tracing::debug!(%peer, error = %e, "connection ended with an error");
+                }
+            });
+        }
+    });
+    Ok(Running {
+        addr,
+        shutdown,
+        accept,
+        compactor,
+    })
+}
+
+/// Bodies are read up to this size before answering 413 (a larger one is cut off).
+const DRAIN_LIMIT: usize = 64 * 1024 * 1024;
+
+const PUBLIC_PATHS: &[&str] = &["/healthz", "/livez", "/readyz", "/version"];
+
+fn is_public(path: &str) -> bool {
+    PUBLIC_PATHS.iter().any(|p| path == *p || path.starts_with(&format!("{p}/")))
+}
+
+async fn handle(api: &Arc<ApiServer>, cert_user: Option<UserInfo>, req: Request<Incoming>) -> Response<Body> {
+    let (parts, body) = req.into_parts();
+    let path = parts.uri.path().to_string();
+    let query = Query::parse(parts.uri.query());
+    if is_public(&path) {
+        return public(&path);
+    }
+    let user = cert_user.or_else(|| api.tokens.authenticate(&parts.headers));
+    let Some(_user) = user else {
+        return response::error_response(&ApiError::unauthorized());
+    };
+    // Read past the limit (to a hard cap) so the client gets its 413 instead of a reset connection.
+    let body = match Limited::new(body, DRAIN_LIMIT).collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(e) => {
+            let err = if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() {
+                ApiError::request_entity_too_large("the request body is over the limit of 3 MiB")
+            } else {
+                ApiError::bad_request(format!("cannot read the request body: {e}"))
+            };
+            return response::error_response(&err);
+        }
+    };
+    if body.len() > decode_limit() {
+        return response::error_response(&ApiError::request_entity_too_large(format!(
+            "the request body is over the limit of {} bytes",
+            decode_limit()
+        )));
+    }
+    match route(api, &parts.method, &path, &query, &parts.headers, body).await {
+        Ok(resp) => resp,
+        Err(e) => response::error_response(&e),
+    }
+}
+
+fn public(path: &str) -> Response<Body> {
+    if path.starts_with("/version") {
+        let version = json!({
+            "major": "1",
+            "minor": "33",
+            "gitVersion": concat!("v1.33.0-rkube.", env!("CARGO_PKG_VERSION")),
+            "gitCommit": "",
+            "gitTreeState": "clean",
+            "buildDate": "1970-01-01T00:00:00Z",
+            "goVersion": "rust",
+            "compiler": "rustc",
+            "platform": format!("{}/{}", std::env::consts::OS, if std::env::consts::ARCH == "x86_64" { "amd64" } else { std::env::consts::ARCH }),
+        });
+        return response::json_response(StatusCode::OK, &version);
+    }
+    response::bytes_response(StatusCode::OK, "text/plain; charset=utf-8", Bytes::from_static(b"ok"))
+}
+
+fn not_found() -> ApiError {
+    ApiError {
+        code: 404,
+        reason: "NotFound",
+        message: "the server could not find the requested resource".into(),
+        details: None,
+    }
+}
+
+async fn route(
+    api: &Arc<ApiServer>,
+    method: &Method,
+    path: &str,
+    query: &Query,
+    headers: &http::HeaderMap,
+    body: Bytes,
+) -> Result<Response<Body>, ApiError> {
+    let target = request::parse(method, path, query).map_err(ApiError::bad_request)?;
+    let snap = || api.registry.snapshot();
+    let discovery_json = |doc: serde_json::Value| Ok(response::json_response(StatusCode::OK, &doc));
+    match target {
+        Target::ApiVersions => match discovery::wants_aggregated(headers) {
+            Some(media) => Ok(response::bytes_response(
+                StatusCode::OK,
+                media,
+                serde_json::to_vec(&discovery::aggregated(&snap(), true, media)).unwrap_or_default(),
+            )),
+            None => discovery_json(discovery::api_versions(&api.server_address)),
+        },
+        Target::ApiGroups => match discovery::wants_aggregated(headers) {
+            Some(media) => Ok(response::bytes_response(
+                StatusCode::OK,
+                media,
+                serde_json::to_vec(&discovery::aggregated(&snap(), false, media)).unwrap_or_default(),
+            )),
+            None => discovery_json(discovery::api_group_list(&snap())),
+        },
+        Target::ApiGroup(group) => discovery::api_group_doc(&snap(), &group).map_or_else(|| Err(not_found()), discovery_json),
+        Target::ApiResources { group, version } => {
+            discovery::api_resource_list(&snap(), &group, &version).map_or_else(|| Err(not_found()), discovery_json)
+        }
+        Target::Resource(req) => crate::rest::handle(api, &req, query, headers, body).await,
+        Target::NonResource if path == "/openapi/v3" || path == "/openapi/v3/" => {
+            discovery_json(crate::openapi::root(&snap()))
+        }
+        Target::NonResource if path.starts_with("/openapi/v3/") => {
+            crate::openapi::group_version(&snap(), &path["/openapi/v3/".len()..])
+                .map_or_else(|| Err(not_found()), discovery_json)
+        }
+        Target::NonResource => Err(not_found()),
+    }
+}

@@ -1,0 +1,112 @@
+//! `rkube apiserver` and `rkube server`: the API server alone, or every component in one process (for
+//! now the API server is the only component; the others join as their issues land).
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, ValueEnum};
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+pub enum StorageKind {
+    Sqlite,
+    Etcd,
+}
+
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// Where the store, certificates and admin.kubeconfig live.
+    #[arg(long, default_value = "./rkube-data")]
+    data_dir: PathBuf,
+    /// Address to serve HTTPS on.
+    #[arg(long, default_value = "127.0.0.1")]
+    bind_address: IpAddr,
+    /// Port to serve HTTPS on (0 picks a free one; the kubeconfig names it).
+    #[arg(long, default_value_t = 6443)]
+    secure_port: u16,
+    /// Storage backend.
+    #[arg(long, value_enum, default_value = "sqlite")]
+    storage: StorageKind,
+    /// etcd client URLs, comma-separated (with --storage etcd).
+    #[arg(long, value_delimiter = ',')]
+    etcd_servers: Vec<String>,
+    /// Key prefix in etcd.
+    #[arg(long, default_value = "/registry")]
+    etcd_prefix: String,
+    /// Static bearer tokens: CSV lines `token,user,uid[,"group1,group2"]`.
+    #[arg(long)]
+    token_auth_file: Option<PathBuf>,
+    /// CIDR that Service ClusterIPs come from.
+    #[arg(long, default_value = "10.96.0.0/12")]
+    service_cluster_ip_range: String,
+    /// How often history older than one interval is compacted.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    compaction_interval: Duration,
+    /// How often watches that allow them get a BOOKMARK.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    bookmark_interval: Duration,
+}
+
+/// "300ms", "5s", "5m", "1h".
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let (num, unit) = s.find(|c: char| !c.is_ascii_digit()).map_or((s, "s"), |i| s.split_at(i));
+    let n: u64 = num.parse().map_err(|_| format!("invalid duration {s:?}"))?;
+    Ok(match unit {
+        "ms" => Duration::from_millis(n),
+        "s" => Duration::from_secs(n),
+        "m" => Duration::from_secs(n * 60),
+        "h" => Duration::from_secs(n * 3600),
+        _ => return Err(format!("invalid duration unit in {s:?} (use ms, s, m or h)")),
+    })
+}
+
+impl ServeArgs {
+    fn config(&self) -> Result<apiserver::Config, String> {
+        let mut config = apiserver::Config::new(&self.data_dir);
+        config.bind_address = self.bind_address;
+        config.secure_port = self.secure_port;
+        config.storage = match self.storage {
+            StorageKind::Sqlite => apiserver::StorageConfig::Sqlite,
+            StorageKind::Etcd => {
+                if self.etcd_servers.is_empty() {
+                    return Err("--storage etcd needs --etcd-servers".into());
+                }
+                apiserver::StorageConfig::Etcd {
+                    servers: self.etcd_servers.clone(),
+                    prefix: self.etcd_prefix.clone(),
+                }
+            }
+        };
+        config.token_auth_file = self.token_auth_file.clone();
+        config.service_cluster_ip_range = self.service_cluster_ip_range.clone();
+        config.compaction_interval = self.compaction_interval;
+        config.bookmark_interval = self.bookmark_interval;
+        Ok(config)
+    }
+}
+
+pub async fn run(args: ServeArgs) -> Result<(), String> {
+    let running = apiserver::start(args.config()?).await?;
+    eprintln!(
+        "rkube: serving on https://{} ; kubeconfig: {}",
+        running.addr,
+        args.data_dir.join("admin.kubeconfig").display()
+    );
+    tokio::select! {
+        _ = running.wait() => Ok(()),
+        _ = tokio::signal::ctrl_c() => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("5m").unwrap(), Duration::from_secs(300));
+        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
+        assert_eq!(parse_duration("7").unwrap(), Duration::from_secs(7));
+        assert!(parse_duration("5 parsecs").is_err());
+    }
+}

@@ -1,0 +1,225 @@
+//! A real `rkube server` for integration tests: the built binary on a free loopback port with a
+//! temporary data dir, driven with the real kubectl (KUBECONFIG = the kubeconfig it wrote) and with the
+//! kube crate. With `RKUBE_TEST_STORAGE=etcd`-style variants, the same tests run on a local etcd.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use storage::etcd_process::EtcdProcess;
+
+/// How long the server may take to start.
+const START_TIMEOUT: Duration = Duration::from_secs(60);
+/// Bound on any single kubectl invocation.
+const KUBECTL_TIMEOUT: Duration = Duration::from_secs(60);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Etcd,
+}
+
+pub struct Cluster {
+    pub backend: Backend,
+    pub dir: tempfile::TempDir,
+    pub kubeconfig: PathBuf,
+    pub url: String,
+    extra_args: Vec<String>,
+    child: Option<Child>,
+    etcd: Option<EtcdProcess>,
+}
+
+impl Cluster {
+    pub fn start(backend: Backend) -> Cluster {
+        Cluster::start_with(backend, &[])
+    }
+
+    pub fn start_with(backend: Backend, extra_args: &[&str]) -> Cluster {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let etcd = match backend {
+            Backend::Sqlite => None,
+            Backend::Etcd => Some(EtcdProcess::start().unwrap_or_else(|e| panic!("{e}"))),
+        };
+        let mut cluster = Cluster {
+            backend,
+            kubeconfig: dir.path().join("admin.kubeconfig"),
+            dir,
+            url: String::new(),
+            extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
+            child: None,
+            etcd,
+        };
+        cluster.launch();
+        cluster
+    }
+
+    fn launch(&mut self) {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_rkube"));
+        cmd.arg("server")
+            .arg("--data-dir")
+            .arg(self.dir.path())
+            .arg("--secure-port")
+            .arg("0")
+            .args(&self.extra_args)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        if let Some(etcd) = &self.etcd {
+            cmd.arg("--storage").arg("etcd").arg("--etcd-servers").arg(&etcd.endpoint);
+        }
+        let mut child = cmd.spawn().expect("start rkube server");
+        let stderr = child.stderr.take().expect("stderr");
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut sent = false;
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if !sent {
+                    if let Some(rest) = line.strip_prefix("rkube: serving on ") {
+                        let url = rest.split(' ').next().unwrap_or("").to_string();
+                        let _ = tx.send(Ok(url));
+                        sent = true;
+                        continue;
+                    }
+                    let _ = tx.send(Err(line.clone()));
+                }
+                eprintln!("[rkube] {line}");
+            }
+        });
+        let deadline = std::time::Instant::now() + START_TIMEOUT;
+        let mut log = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(Ok(url)) => {
+                    self.url = url;
+                    break;
+                }
+                Ok(Err(line)) => log.push(line),
+                Err(_) => {
+                    let _ = child.kill();
+                    panic!("rkube server did not start within {START_TIMEOUT:?}; stderr:\n{}", log.join("\n"));
+                }
+            }
+        }
+        self.child = Some(child);
+    }
+
+    /// Stops the server (SIGKILL when `kill`, else SIGTERM-like kill) and starts it again on the same data.
+    pub fn restart(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        self.launch();
+    }
+
+    pub fn kubectl_output(&self, args: &[&str], stdin: Option<&str>) -> Output {
+        let mut cmd = Command::new("kubectl");
+        cmd.args(args)
+            .env("KUBECONFIG", &self.kubeconfig)
+            .env("HOME", self.dir.path())
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().expect("kubectl is installed (v1.32)");
+        if let Some(input) = stdin {
+            let mut pipe = child.stdin.take().expect("stdin");
+            pipe.write_all(input.as_bytes()).expect("write kubectl stdin");
+        }
+        wait_with_timeout(child, KUBECTL_TIMEOUT, args)
+    }
+
+    /// Runs kubectl and returns stdout; panics with stderr on failure.
+    pub fn kubectl(&self, args: &[&str]) -> String {
+        self.kubectl_in(args, None)
+    }
+
+    pub fn kubectl_in(&self, args: &[&str], stdin: Option<&str>) -> String {
+        let out = self.kubectl_output(args, stdin);
+        let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+        if !out.status.success() {
+            panic!(
+                "kubectl {} failed ({}):\nstdout: {stdout}\nstderr: {}",
+                args.join(" "),
+                out.status,
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        stdout
+    }
+
+    /// Runs kubectl expecting failure; returns stderr.
+    pub fn kubectl_fails(&self, args: &[&str], stdin: Option<&str>) -> String {
+        let out = self.kubectl_output(args, stdin);
+        assert!(!out.status.success(), "kubectl {} should have failed", args.join(" "));
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    }
+
+    pub async fn client(&self) -> kube::Client {
+        let kubeconfig = kube::config::Kubeconfig::read_from(&self.kubeconfig).expect("read kubeconfig");
+        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+            .await
+            .expect("kube config");
+        kube::Client::try_from(config).expect("kube client")
+    }
+
+    pub fn data_dir(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+fn wait_with_timeout(mut child: Child, timeout: Duration, args: &[&str]) -> Output {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => return child.wait_with_output().expect("kubectl output"),
+            Ok(None) if std::time::Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            _ => {
+                let _ = child.kill();
+                let out = child.wait_with_output().expect("kubectl output");
+                panic!(
+                    "kubectl {} did not finish within {timeout:?}; stderr: {}",
+                    args.join(" "),
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+        }
+    }
+}
+
+/// Generates a `_sqlite` and an `_etcd` variant of each test body `fn(Backend)`.
+#[macro_export]
+macro_rules! on_both_backends {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[test]
+                fn $name() {
+                    super::$name(super::support::Backend::Sqlite)
+                }
+            )*
+        }
+        mod etcd {
+            $(
+                #[test]
+                fn $name() {
+                    super::$name(super::support::Backend::Etcd)
+                }
+            )*
+        }
+    };
+}

@@ -83,7 +83,12 @@ struct Spec {
     generation: bool,
 }
 
-const fn spec(group: &'static str, kind: &'static str, plural: &'static str, namespaced: bool) -> Spec {
+const fn spec(
+    group: &'static str,
+    kind: &'static str,
+    plural: &'static str,
+    namespaced: bool,
+) -> Spec {
     Spec {
         group,
         versions: &["v1"],
@@ -99,7 +104,14 @@ const fn spec(group: &'static str, kind: &'static str, plural: &'static str, nam
     }
 }
 
-const fn s(group: &'static str, kind: &'static str, plural: &'static str, namespaced: bool, short: &'static [&'static str], sub: &'static [&'static str]) -> Spec {
+const fn s(
+    group: &'static str,
+    kind: &'static str,
+    plural: &'static str,
+    namespaced: bool,
+    short: &'static [&'static str],
+    sub: &'static [&'static str],
+) -> Spec {
     let mut r = spec(group, kind, plural, namespaced);
     r.short = short;
     r.sub = sub;
@@ -141,55 +153,298 @@ const BUILTIN: &[Spec] = &[
     s("", "Endpoints", "endpoints", NS, &["ep"], &[]),
     s("", "Event", "events", NS, &["ev"], &[]),
     s("", "LimitRange", "limitranges", NS, &["limits"], &[]),
-    s("", "Namespace", "namespaces", CLUSTER, &["ns"], &["status", "finalize"]),
+    s(
+        "",
+        "Namespace",
+        "namespaces",
+        CLUSTER,
+        &["ns"],
+        &["status", "finalize"],
+    ),
     s("", "Node", "nodes", CLUSTER, &["no"], &["status"]),
-    s("", "PersistentVolumeClaim", "persistentvolumeclaims", NS, &["pvc"], &["status"]),
-    s("", "PersistentVolume", "persistentvolumes", CLUSTER, &["pv"], &["status"]),
-    all(s("", "Pod", "pods", NS, &["po"], &["status", "binding", "eviction", "ephemeralcontainers", "resize"])),
+    s(
+        "",
+        "PersistentVolumeClaim",
+        "persistentvolumeclaims",
+        NS,
+        &["pvc"],
+        &["status"],
+    ),
+    s(
+        "",
+        "PersistentVolume",
+        "persistentvolumes",
+        CLUSTER,
+        &["pv"],
+        &["status"],
+    ),
+    all(s(
+        "",
+        "Pod",
+        "pods",
+        NS,
+        &["po"],
+        &[
+            "status",
+            "binding",
+            "eviction",
+            "ephemeralcontainers",
+            "resize",
+        ],
+    )),
     s("", "PodTemplate", "podtemplates", NS, &[], &[]),
-    all(gen(s("", "ReplicationController", "replicationcontrollers", NS, &["rc"], &["status", "scale"]))),
-    s("", "ResourceQuota", "resourcequotas", NS, &["quota"], &["status"]),
+    all(gen(s(
+        "",
+        "ReplicationController",
+        "replicationcontrollers",
+        NS,
+        &["rc"],
+        &["status", "scale"],
+    ))),
+    s(
+        "",
+        "ResourceQuota",
+        "resourcequotas",
+        NS,
+        &["quota"],
+        &["status"],
+    ),
     s("", "Secret", "secrets", NS, &[], &[]),
     s("", "ServiceAccount", "serviceaccounts", NS, &["sa"], &[]),
     all(s("", "Service", "services", NS, &["svc"], &["status"])),
     // apps/v1
-    s("apps", "ControllerRevision", "controllerrevisions", NS, &[], &[]),
-    all(gen(s("apps", "DaemonSet", "daemonsets", NS, &["ds"], &["status"]))),
-    all(gen(s("apps", "Deployment", "deployments", NS, &["deploy"], &["status", "scale"]))),
-    all(gen(s("apps", "ReplicaSet", "replicasets", NS, &["rs"], &["status", "scale"]))),
-    all(gen(s("apps", "StatefulSet", "statefulsets", NS, &["sts"], &["status", "scale"]))),
+    s(
+        "apps",
+        "ControllerRevision",
+        "controllerrevisions",
+        NS,
+        &[],
+        &[],
+    ),
+    all(gen(s(
+        "apps",
+        "DaemonSet",
+        "daemonsets",
+        NS,
+        &["ds"],
+        &["status"],
+    ))),
+    all(gen(s(
+        "apps",
+        "Deployment",
+        "deployments",
+        NS,
+        &["deploy"],
+        &["status", "scale"],
+    ))),
+    all(gen(s(
+        "apps",
+        "ReplicaSet",
+        "replicasets",
+        NS,
+        &["rs"],
+        &["status", "scale"],
+    ))),
+    all(gen(s(
+        "apps",
+        "StatefulSet",
+        "statefulsets",
+        NS,
+        &["sts"],
+        &["status", "scale"],
+    ))),
     // batch/v1
-    all(gen(s("batch", "CronJob", "cronjobs", NS, &["cj"], &["status"]))),
+    all(gen(s(
+        "batch",
+        "CronJob",
+        "cronjobs",
+        NS,
+        &["cj"],
+        &["status"],
+    ))),
     all(gen(s("batch", "Job", "jobs", NS, &[], &["status"]))),
     // autoscaling: v2 is the stored version; v1 is served from the same storage.
     all(gen(versions(
-        stored(s("autoscaling", "HorizontalPodAutoscaler", "horizontalpodautoscalers", NS, &["hpa"], &["status"]), "horizontalpodautoscalers"),
+        stored(
+            s(
+                "autoscaling",
+                "HorizontalPodAutoscaler",
+                "horizontalpodautoscalers",
+                NS,
+                &["hpa"],
+                &["status"],
+            ),
+            "horizontalpodautoscalers",
+        ),
         &["v2", "v1"],
     ))),
     s("coordination.k8s.io", "Lease", "leases", NS, &[], &[]),
-    s("discovery.k8s.io", "EndpointSlice", "endpointslices", NS, &[], &[]),
-    stored(s("events.k8s.io", "Event", "events", NS, &["ev"], &[]), "events.k8s.io/events"),
-    gen(s("policy", "PodDisruptionBudget", "poddisruptionbudgets", NS, &["pdb"], &["status"])),
-    gen(s("networking.k8s.io", "IngressClass", "ingressclasses", CLUSTER, &[], &[])),
-    gen(s("networking.k8s.io", "Ingress", "ingresses", NS, &["ing"], &["status"])),
-    gen(s("networking.k8s.io", "NetworkPolicy", "networkpolicies", NS, &["netpol"], &[])),
-    s("rbac.authorization.k8s.io", "ClusterRoleBinding", "clusterrolebindings", CLUSTER, &[], &[]),
-    s("rbac.authorization.k8s.io", "ClusterRole", "clusterroles", CLUSTER, &[], &[]),
-    s("rbac.authorization.k8s.io", "RoleBinding", "rolebindings", NS, &[], &[]),
+    s(
+        "discovery.k8s.io",
+        "EndpointSlice",
+        "endpointslices",
+        NS,
+        &[],
+        &[],
+    ),
+    stored(
+        s("events.k8s.io", "Event", "events", NS, &["ev"], &[]),
+        "events.k8s.io/events",
+    ),
+    gen(s(
+        "policy",
+        "PodDisruptionBudget",
+        "poddisruptionbudgets",
+        NS,
+        &["pdb"],
+        &["status"],
+    )),
+    gen(s(
+        "networking.k8s.io",
+        "IngressClass",
+        "ingressclasses",
+        CLUSTER,
+        &[],
+        &[],
+    )),
+    gen(s(
+        "networking.k8s.io",
+        "Ingress",
+        "ingresses",
+        NS,
+        &["ing"],
+        &["status"],
+    )),
+    gen(s(
+        "networking.k8s.io",
+        "NetworkPolicy",
+        "networkpolicies",
+        NS,
+        &["netpol"],
+        &[],
+    )),
+    s(
+        "rbac.authorization.k8s.io",
+        "ClusterRoleBinding",
+        "clusterrolebindings",
+        CLUSTER,
+        &[],
+        &[],
+    ),
+    s(
+        "rbac.authorization.k8s.io",
+        "ClusterRole",
+        "clusterroles",
+        CLUSTER,
+        &[],
+        &[],
+    ),
+    s(
+        "rbac.authorization.k8s.io",
+        "RoleBinding",
+        "rolebindings",
+        NS,
+        &[],
+        &[],
+    ),
     s("rbac.authorization.k8s.io", "Role", "roles", NS, &[], &[]),
-    s("scheduling.k8s.io", "PriorityClass", "priorityclasses", CLUSTER, &["pc"], &[]),
-    s("storage.k8s.io", "CSIDriver", "csidrivers", CLUSTER, &[], &[]),
+    s(
+        "scheduling.k8s.io",
+        "PriorityClass",
+        "priorityclasses",
+        CLUSTER,
+        &["pc"],
+        &[],
+    ),
+    s(
+        "storage.k8s.io",
+        "CSIDriver",
+        "csidrivers",
+        CLUSTER,
+        &[],
+        &[],
+    ),
     s("storage.k8s.io", "CSINode", "csinodes", CLUSTER, &[], &[]),
-    s("storage.k8s.io", "CSIStorageCapacity", "csistoragecapacities", NS, &[], &[]),
-    s("storage.k8s.io", "StorageClass", "storageclasses", CLUSTER, &["sc"], &[]),
-    s("storage.k8s.io", "VolumeAttachment", "volumeattachments", CLUSTER, &[], &["status"]),
-    s("node.k8s.io", "RuntimeClass", "runtimeclasses", CLUSTER, &[], &[]),
-    s("certificates.k8s.io", "CertificateSigningRequest", "certificatesigningrequests", CLUSTER, &["csr"], &["status", "approval"]),
-    gen(s("admissionregistration.k8s.io", "MutatingWebhookConfiguration", "mutatingwebhookconfigurations", CLUSTER, &[], &[])),
-    gen(s("admissionregistration.k8s.io", "ValidatingWebhookConfiguration", "validatingwebhookconfigurations", CLUSTER, &[], &[])),
-    gen(s("admissionregistration.k8s.io", "ValidatingAdmissionPolicy", "validatingadmissionpolicies", CLUSTER, &[], &["status"])),
-    gen(s("admissionregistration.k8s.io", "ValidatingAdmissionPolicyBinding", "validatingadmissionpolicybindings", CLUSTER, &[], &[])),
-    gen(s("apiextensions.k8s.io", "CustomResourceDefinition", "customresourcedefinitions", CLUSTER, &["crd", "crds"], &["status"])),
+    s(
+        "storage.k8s.io",
+        "CSIStorageCapacity",
+        "csistoragecapacities",
+        NS,
+        &[],
+        &[],
+    ),
+    s(
+        "storage.k8s.io",
+        "StorageClass",
+        "storageclasses",
+        CLUSTER,
+        &["sc"],
+        &[],
+    ),
+    s(
+        "storage.k8s.io",
+        "VolumeAttachment",
+        "volumeattachments",
+        CLUSTER,
+        &[],
+        &["status"],
+    ),
+    s(
+        "node.k8s.io",
+        "RuntimeClass",
+        "runtimeclasses",
+        CLUSTER,
+        &[],
+        &[],
+    ),
+    s(
+        "certificates.k8s.io",
+        "CertificateSigningRequest",
+        "certificatesigningrequests",
+        CLUSTER,
+        &["csr"],
+        &["status", "approval"],
+    ),
+    gen(s(
+        "admissionregistration.k8s.io",
+        "MutatingWebhookConfiguration",
+        "mutatingwebhookconfigurations",
+        CLUSTER,
+        &[],
+        &[],
+    )),
+    gen(s(
+        "admissionregistration.k8s.io",
+        "ValidatingWebhookConfiguration",
+        "validatingwebhookconfigurations",
+        CLUSTER,
+        &[],
+        &[],
+    )),
+    gen(s(
+        "admissionregistration.k8s.io",
+        "ValidatingAdmissionPolicy",
+        "validatingadmissionpolicies",
+        CLUSTER,
+        &[],
+        &["status"],
+    )),
+    gen(s(
+        "admissionregistration.k8s.io",
+        "ValidatingAdmissionPolicyBinding",
+        "validatingadmissionpolicybindings",
+        CLUSTER,
+        &[],
+        &[],
+    )),
+    gen(s(
+        "apiextensions.k8s.io",
+        "CustomResourceDefinition",
+        "customresourcedefinitions",
+        CLUSTER,
+        &["crd", "crds"],
+        &["status"],
+    )),
 ];
 
 /// Every built-in resource, one entry per served version.
@@ -213,7 +468,12 @@ pub fn builtin() -> Vec<Resource> {
                 namespaced: spec.namespaced,
                 short_names: spec.short.iter().map(|s| s.to_string()).collect(),
                 categories,
-                verbs: spec.verbs.unwrap_or(STANDARD_VERBS).iter().map(|s| s.to_string()).collect(),
+                verbs: spec
+                    .verbs
+                    .unwrap_or(STANDARD_VERBS)
+                    .iter()
+                    .map(|s| s.to_string())
+                    .collect(),
                 subresources: spec.sub.iter().map(|s| s.to_string()).collect(),
                 storage: spec.storage.unwrap_or(spec.plural).to_string(),
                 generation: spec.generation,
@@ -254,7 +514,10 @@ impl Snapshot {
     }
 
     pub fn versions(&self, group: &str) -> Option<&[String]> {
-        self.groups.iter().find(|(g, _)| g == group).map(|(_, v)| v.as_slice())
+        self.groups
+            .iter()
+            .find(|(g, _)| g == group)
+            .map(|(_, v)| v.as_slice())
     }
 }
 
@@ -272,7 +535,10 @@ impl Registry {
     }
 
     pub fn get(&self, group: &str, version: &str, plural: &str) -> Option<Arc<Resource>> {
-        self.inner.read().unwrap_or_else(|e| e.into_inner()).get(group, version, plural)
+        self.inner
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(group, version, plural)
     }
 
     /// Adds or replaces a resource (a CRD version being served).
@@ -287,7 +553,11 @@ impl Registry {
             }
             None => snap.groups.push((group, vec![version])),
         }
-        let key = (resource.group.clone(), resource.version.clone(), resource.plural.clone());
+        let key = (
+            resource.group.clone(),
+            resource.version.clone(),
+            resource.plural.clone(),
+        );
         snap.resources.insert(key, Arc::new(resource));
     }
 
@@ -296,7 +566,8 @@ impl Registry {
         let mut snap = self.inner.write().unwrap_or_else(|e| e.into_inner());
         snap.resources
             .remove(&(group.to_string(), version.to_string(), plural.to_string()));
-        let still_served = |g: &str, v: &str| snap.resources.keys().any(|(rg, rv, _)| rg == g && rv == v);
+        let still_served =
+            |g: &str, v: &str| snap.resources.keys().any(|(rg, rv, _)| rg == g && rv == v);
         let mut groups = snap.groups.clone();
         for (g, versions) in &mut groups {
             versions.retain(|v| still_served(g, v));

@@ -49,7 +49,8 @@ pub struct ApiError {
     pub code: u16,
     pub reason: &'static str,
     pub message: String,
-    pub details: Option<Details>,
+    /// Boxed to keep `Result<_, ApiError>` small.
+    pub details: Option<Box<Details>>,
 }
 
 /// `StatusDetails`.
@@ -73,26 +74,44 @@ impl ApiError {
         }
     }
 
-    fn about(code: u16, reason: &'static str, what: &Qualified, name: &str, message: String) -> ApiError {
+    fn about(
+        code: u16,
+        reason: &'static str,
+        what: &Qualified,
+        name: &str,
+        message: String,
+    ) -> ApiError {
         ApiError {
             code,
             reason,
             message,
-            details: Some(Details {
+            details: Some(Box::new(Details {
                 name: name.to_string(),
                 group: what.group.clone(),
                 kind: what.name.clone(),
                 ..Default::default()
-            }),
+            })),
         }
     }
 
     pub fn not_found(resource: &Qualified, name: &str) -> ApiError {
-        Self::about(404, "NotFound", resource, name, format!("{resource} {name:?} not found"))
+        Self::about(
+            404,
+            "NotFound",
+            resource,
+            name,
+            format!("{resource} {name:?} not found"),
+        )
     }
 
     pub fn already_exists(resource: &Qualified, name: &str) -> ApiError {
-        Self::about(409, "AlreadyExists", resource, name, format!("{resource} {name:?} already exists"))
+        Self::about(
+            409,
+            "AlreadyExists",
+            resource,
+            name,
+            format!("{resource} {name:?} already exists"),
+        )
     }
 
     /// A failed optimistic-concurrency check (resourceVersion or uid precondition).
@@ -134,7 +153,7 @@ impl ApiError {
             code: 422,
             reason: "Invalid",
             message,
-            details: Some(Details {
+            details: Some(Box::new(Details {
                 name: name.to_string(),
                 group: kind.group.clone(),
                 kind: kind.name.clone(),
@@ -147,7 +166,7 @@ impl ApiError {
                     })
                     .collect(),
                 retry_after_seconds: None,
-            }),
+            })),
         }
     }
 
@@ -165,7 +184,11 @@ impl ApiError {
 
     /// A resource exists but the verb is not supported on it.
     pub fn method_not_supported(resource: &Qualified, verb: &str) -> ApiError {
-        Self::plain(405, "MethodNotAllowed", format!("{verb} is not supported on resources of kind {resource:?}"))
+        Self::plain(
+            405,
+            "MethodNotAllowed",
+            format!("{verb} is not supported on resources of kind {resource:?}"),
+        )
     }
 
     pub fn not_acceptable(message: impl Into<String>) -> ApiError {
@@ -190,7 +213,11 @@ impl ApiError {
     }
 
     pub fn internal(message: impl fmt::Display) -> ApiError {
-        Self::plain(500, "InternalError", format!("Internal error occurred: {message}"))
+        Self::plain(
+            500,
+            "InternalError",
+            format!("Internal error occurred: {message}"),
+        )
     }
 
     /// Upstream's "Too large resource version" (504 Timeout with a retry hint).
@@ -200,7 +227,7 @@ impl ApiError {
             "Timeout",
             format!("Too large resource version: {requested}, current: {current}"),
         );
-        e.details = Some(Details {
+        e.details = Some(Box::new(Details {
             causes: vec![Cause {
                 reason: "ResourceVersionTooLarge".into(),
                 message: "Too large resource version".into(),
@@ -208,7 +235,7 @@ impl ApiError {
             }],
             retry_after_seconds: Some(1),
             ..Default::default()
-        });
+        }));
         e
     }
 
@@ -274,9 +301,11 @@ impl std::error::Error for ApiError {}
 /// The `Status` a successful delete returns when the object is gone at once (upstream returns the object
 /// itself for most resources; this is for deletecollection-like paths).
 pub fn success_status(details: Option<(&Qualified, &str, &str)>) -> Value {
-    let mut status = json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"});
+    let mut status =
+        json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success"});
     if let Some((resource, name, uid)) = details {
-        status["details"] = json!({"name": name, "group": resource.group, "kind": resource.name, "uid": uid});
+        status["details"] =
+            json!({"name": name, "group": resource.group, "kind": resource.name, "uid": uid});
     }
     status
 }
@@ -302,7 +331,11 @@ mod tests {
     fn invalid_aggregates_causes() {
         let errs = vec![
             FieldError::required(&FieldPath::root("spec").child("containers"), ""),
-            FieldError::invalid(&FieldPath::root("metadata").child("name"), "A_b", "bad name"),
+            FieldError::invalid(
+                &FieldPath::root("metadata").child("name"),
+                "A_b",
+                "bad name",
+            ),
         ];
         let e = ApiError::invalid(&Qualified::new("", "Pod"), "A_b", &errs);
         assert_eq!(

@@ -36,12 +36,19 @@ fn ipv4(s: &str) -> Option<u32> {
 impl ServiceAllocator {
     /// `cidr` like "10.96.0.0/12".
     pub fn new(cidr: &str) -> Result<ServiceAllocator, String> {
-        let (addr, bits) = cidr.split_once('/').ok_or_else(|| format!("invalid service CIDR {cidr:?}"))?;
-        let bits: u32 = bits.parse().map_err(|_| format!("invalid service CIDR {cidr:?}"))?;
+        let (addr, bits) = cidr
+            .split_once('/')
+            .ok_or_else(|| format!("invalid service CIDR {cidr:?}"))?;
+        let bits: u32 = bits
+            .parse()
+            .map_err(|_| format!("invalid service CIDR {cidr:?}"))?;
         if !(8..=30).contains(&bits) {
-            return Err(format!("service CIDR {cidr:?}: prefix must be between /8 and /30"));
+            return Err(format!(
+                "service CIDR {cidr:?}: prefix must be between /8 and /30"
+            ));
         }
-        let base = ipv4(addr).ok_or_else(|| format!("invalid service CIDR {cidr:?}"))? & (u32::MAX << (32 - bits));
+        let base = ipv4(addr).ok_or_else(|| format!("invalid service CIDR {cidr:?}"))?
+            & (u32::MAX << (32 - bits));
         Ok(ServiceAllocator {
             base,
             size: 1 << (32 - bits),
@@ -79,8 +86,18 @@ impl ServiceAllocator {
     /// Service, or rejects addresses and ports that are taken or out of range (422).
     pub fn allocate(&self, caches: &CacheSet, svc: &mut Value) -> Result<(), ApiError> {
         let name = crate::objects::name(svc).to_string();
-        let invalid = |errs: Vec<FieldError>| ApiError::invalid(&apimachinery::status::Qualified::new("", "Service"), &name, &errs);
-        let svc_type = svc.pointer("/spec/type").and_then(Value::as_str).unwrap_or("ClusterIP").to_string();
+        let invalid = |errs: Vec<FieldError>| {
+            ApiError::invalid(
+                &apimachinery::status::Qualified::new("", "Service"),
+                &name,
+                &errs,
+            )
+        };
+        let svc_type = svc
+            .pointer("/spec/type")
+            .and_then(Value::as_str)
+            .unwrap_or("ClusterIP")
+            .to_string();
         let spec_path = FieldPath::root("spec");
         self.with_state(caches, |state| {
             let mut new_ip = None;
@@ -175,10 +192,19 @@ impl ServiceAllocator {
 }
 
 fn record(a: &mut Allocated, svc: &Value) {
-    if let Some(ip) = svc.pointer("/spec/clusterIP").and_then(Value::as_str).and_then(ipv4) {
+    if let Some(ip) = svc
+        .pointer("/spec/clusterIP")
+        .and_then(Value::as_str)
+        .and_then(ipv4)
+    {
         a.ips.insert(ip);
     }
-    for port in svc.pointer("/spec/ports").and_then(Value::as_array).into_iter().flatten() {
+    for port in svc
+        .pointer("/spec/ports")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
         if let Some(p) = port.get("nodePort").and_then(Value::as_u64) {
             a.ports.insert(p as u16);
         }
@@ -204,8 +230,13 @@ mod tests {
             assert!((30000..=32767).contains(&port));
         }
         let mut full = json!({"metadata": {"name": "x"}, "spec": {}});
-        assert_eq!(alloc.allocate(&caches, &mut full).unwrap_err().code, 500, "range exhausted");
-        let mut taken = json!({"metadata": {"name": "y"}, "spec": {"clusterIP": seen.iter().next().unwrap()}});
+        assert_eq!(
+            alloc.allocate(&caches, &mut full).unwrap_err().code,
+            500,
+            "range exhausted"
+        );
+        let mut taken =
+            json!({"metadata": {"name": "y"}, "spec": {"clusterIP": seen.iter().next().unwrap()}});
         assert_eq!(alloc.allocate(&caches, &mut taken).unwrap_err().code, 422);
         let mut headless = json!({"metadata": {"name": "h"}, "spec": {"clusterIP": "None"}});
         alloc.allocate(&caches, &mut headless).unwrap();

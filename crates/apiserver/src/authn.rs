@@ -30,7 +30,12 @@ impl UserInfo {
 pub fn user_from_certificate(cert: &CertificateDer<'_>) -> Option<UserInfo> {
     let (_, parsed) = x509_parser::parse_x509_certificate(cert.as_ref()).ok()?;
     let subject = parsed.subject();
-    let name = subject.iter_common_name().next()?.as_str().ok()?.to_string();
+    let name = subject
+        .iter_common_name()
+        .next()?
+        .as_str()
+        .ok()?
+        .to_string();
     let groups = subject
         .iter_organization()
         .filter_map(|o| o.as_str().ok().map(str::to_string))
@@ -71,7 +76,12 @@ impl TokenAuthenticator {
             }
             let groups = fields
                 .get(3)
-                .map(|g| g.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect())
+                .map(|g| {
+                    g.split(',')
+                        .map(|s| s.trim().to_string())
+                        .filter(|s| !s.is_empty())
+                        .collect()
+                })
                 .unwrap_or_default();
             let user = UserInfo {
                 name: fields[1].clone(),
@@ -116,10 +126,17 @@ mod tests {
     fn token_file_with_quoted_groups() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("tokens.csv");
-        std::fs::write(&path, "# comment\nsecret1,alice,1001,\"dev,ops\"\nsecret2,bob,1002\n").unwrap();
+        std::fs::write(
+            &path,
+            "# comment\nsecret1,alice,1001,\"dev,ops\"\nsecret2,bob,1002\n",
+        )
+        .unwrap();
         let auth = TokenAuthenticator::from_file(&path).unwrap();
         let mut headers = HeaderMap::new();
-        headers.insert(http::header::AUTHORIZATION, "Bearer secret1".parse().unwrap());
+        headers.insert(
+            http::header::AUTHORIZATION,
+            "Bearer secret1".parse().unwrap(),
+        );
         let alice = auth.authenticate(&headers).unwrap();
         assert_eq!(alice.name, "alice");
         assert_eq!(alice.groups, ["dev", "ops", "system:authenticated"]);

@@ -8,7 +8,8 @@ use serde_json::json;
 
 use crate::ApiServer;
 
-pub const SYSTEM_NAMESPACES: &[&str] = &["default", "kube-system", "kube-public", "kube-node-lease"];
+pub const SYSTEM_NAMESPACES: &[&str] =
+    &["default", "kube-system", "kube-public", "kube-node-lease"];
 
 pub async fn ensure_defaults(api: &Arc<ApiServer>) -> Result<(), String> {
     for ns in SYSTEM_NAMESPACES {
@@ -37,6 +38,19 @@ async fn create_if_missing(
     obj: serde_json::Value,
 ) -> Result<(), String> {
     let name = crate::objects::name(&obj).to_string();
+    let key = match namespace {
+        Some(ns) => format!("/{plural}/{ns}/{name}"),
+        None => format!("/{plural}/{name}"),
+    };
+    if api
+        .store
+        .get(&key)
+        .await
+        .map_err(|e| e.to_string())?
+        .is_some()
+    {
+        return Ok(());
+    }
     match crate::rest::create_internal(api, plural, namespace, obj).await {
         Ok(()) => Ok(()),
         Err(e) if e.code == 409 => Ok(()),

@@ -6,7 +6,8 @@
 use std::path::{Path, PathBuf};
 
 use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair, KeyUsagePurpose,
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose,
 };
 
 #[derive(Debug, thiserror::Error)]
@@ -49,7 +50,9 @@ pub fn ensure(data_dir: &Path, hosts: &[String]) -> Result<Pki, PkiError> {
         let key = KeyPair::generate()?;
         let mut params = CertificateParams::new(Vec::<String>::new())?;
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params.distinguished_name.push(DnType::CommonName, "rkube-ca");
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "rkube-ca");
         params.key_usages = vec![
             KeyUsagePurpose::KeyCertSign,
             KeyUsagePurpose::CrlSign,
@@ -67,8 +70,12 @@ pub fn ensure(data_dir: &Path, hosts: &[String]) -> Result<Pki, PkiError> {
     let (admin_cert, admin_key) = load_or_make(&dir, "admin", |_| {
         let key = KeyPair::generate()?;
         let mut params = CertificateParams::new(Vec::<String>::new())?;
-        params.distinguished_name.push(DnType::CommonName, "kubernetes-admin");
-        params.distinguished_name.push(DnType::OrganizationName, "system:masters");
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "kubernetes-admin");
+        params
+            .distinguished_name
+            .push(DnType::OrganizationName, "system:masters");
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
         params.not_after = rcgen::date_time_ymd(2036, 1, 1);
         let cert = params.signed_by(&key, &issuer)?;
@@ -77,7 +84,11 @@ pub fn ensure(data_dir: &Path, hosts: &[String]) -> Result<Pki, PkiError> {
     .map_err(err)?;
 
     let mut names: Vec<String> = SERVICE_NAMES.iter().map(|s| s.to_string()).collect();
-    names.extend(["127.0.0.1".to_string(), "::1".to_string(), "10.96.0.1".to_string()]);
+    names.extend([
+        "127.0.0.1".to_string(),
+        "::1".to_string(),
+        "10.96.0.1".to_string(),
+    ]);
     for host in hosts {
         if !host.is_empty() && host != "0.0.0.0" && host != "::" && !names.contains(host) {
             names.push(host.clone());
@@ -86,7 +97,9 @@ pub fn ensure(data_dir: &Path, hosts: &[String]) -> Result<Pki, PkiError> {
     let serving = (|| -> Result<(String, String), rcgen::Error> {
         let key = KeyPair::generate()?;
         let mut params = CertificateParams::new(names)?;
-        params.distinguished_name.push(DnType::CommonName, "kube-apiserver");
+        params
+            .distinguished_name
+            .push(DnType::CommonName, "kube-apiserver");
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
         params.not_after = rcgen::date_time_ymd(2036, 1, 1);
         let cert = params.signed_by(&key, &issuer)?;
@@ -112,9 +125,14 @@ fn load_or_make(
     name: &str,
     make: impl FnOnce(()) -> Result<(String, String), rcgen::Error>,
 ) -> Result<(String, String), String> {
-    let (crt, key) = (dir.join(format!("{name}.crt")), dir.join(format!("{name}.key")));
+    let (crt, key) = (
+        dir.join(format!("{name}.crt")),
+        dir.join(format!("{name}.key")),
+    );
     if crt.exists() && key.exists() {
-        let read = |p: &Path| std::fs::read_to_string(p).map_err(|e| format!("cannot read {}: {e}", p.display()));
+        let read = |p: &Path| {
+            std::fs::read_to_string(p).map_err(|e| format!("cannot read {}: {e}", p.display()))
+        };
         return Ok((read(&crt)?, read(&key)?));
     }
     let (cert, private) = make(()).map_err(|e| format!("cannot make {name} certificate: {e}"))?;
@@ -188,7 +206,10 @@ mod tests {
         let second = ensure(dir.path(), &[]).unwrap();
         assert_eq!(first.ca_cert, second.ca_cert);
         assert_eq!(first.admin_cert, second.admin_cert);
-        assert_ne!(first.serving_cert, second.serving_cert, "serving cert re-issued");
+        assert_ne!(
+            first.serving_cert, second.serving_cert,
+            "serving cert re-issued"
+        );
         let kubeconfig = admin_kubeconfig(&first, "https://127.0.0.1:6443");
         assert!(kubeconfig.contains("server: https://127.0.0.1:6443"));
     }

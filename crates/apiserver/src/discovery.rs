@@ -9,7 +9,8 @@ use apimachinery::resources::{Resource, Snapshot};
 use http::HeaderMap;
 use serde_json::{json, Value};
 
-pub const AGGREGATED_V2: &str = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
+pub const AGGREGATED_V2: &str =
+    "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
 pub const AGGREGATED_V2BETA1: &str =
     "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList";
 
@@ -38,15 +39,25 @@ pub fn wants_aggregated(headers: &HeaderMap) -> Option<&'static str> {
 }
 
 /// The verbs, response kind and group/version of a subresource.
-fn subresource_info(resource: &Resource, sub: &str) -> (Vec<&'static str>, (String, String, String)) {
-    let same = (resource.group.clone(), resource.version.clone(), resource.kind.clone());
+fn subresource_info(
+    resource: &Resource,
+    sub: &str,
+) -> (Vec<&'static str>, (String, String, String)) {
+    let same = (
+        resource.group.clone(),
+        resource.version.clone(),
+        resource.kind.clone(),
+    );
     match sub {
         "scale" => (
             vec!["get", "patch", "update"],
             ("autoscaling".into(), "v1".into(), "Scale".into()),
         ),
         "binding" => (vec!["create"], ("".into(), "v1".into(), "Binding".into())),
-        "eviction" => (vec!["create"], ("policy".into(), "v1".into(), "Eviction".into())),
+        "eviction" => (
+            vec!["create"],
+            ("policy".into(), "v1".into(), "Eviction".into()),
+        ),
         "finalize" => (vec!["update"], same),
         _ => (vec!["get", "patch", "update"], same),
     }
@@ -189,15 +200,22 @@ pub fn aggregated(snap: &Snapshot, legacy: bool, media_type: &str) -> Value {
             let vs: Vec<Value> = versions
                 .iter()
                 .map(|v| {
-                    let resources: Vec<Value> =
-                        snap.group_version(group, v).iter().map(discovery_resource).collect();
+                    let resources: Vec<Value> = snap
+                        .group_version(group, v)
+                        .iter()
+                        .map(discovery_resource)
+                        .collect();
                     json!({"version": v, "resources": resources, "freshness": "Current"})
                 })
                 .collect();
             json!({"metadata": {"name": group, "creationTimestamp": null}, "versions": vs})
         })
         .collect();
-    let version = if media_type == AGGREGATED_V2 { "v2" } else { "v2beta1" };
+    let version = if media_type == AGGREGATED_V2 {
+        "v2"
+    } else {
+        "v2beta1"
+    };
     json!({
         "kind": "APIGroupDiscoveryList",
         "apiVersion": format!("apidiscovery.k8s.io/{version}"),
@@ -215,17 +233,43 @@ mod tests {
     fn documents_cover_the_registry() {
         let snap = Registry::with_builtin().snapshot();
         let core = api_resource_list(&snap, "", "v1").unwrap();
-        let names: Vec<&str> = core["resources"].as_array().unwrap().iter().map(|r| r["name"].as_str().unwrap()).collect();
-        assert!(names.contains(&"pods") && names.contains(&"pods/status") && names.contains(&"namespaces/finalize"));
+        let names: Vec<&str> = core["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|r| r["name"].as_str().unwrap())
+            .collect();
+        assert!(
+            names.contains(&"pods")
+                && names.contains(&"pods/status")
+                && names.contains(&"namespaces/finalize")
+        );
         let apps = api_resource_list(&snap, "apps", "v1").unwrap();
-        let scale = apps["resources"].as_array().unwrap().iter().find(|r| r["name"] == "deployments/scale").unwrap();
+        let scale = apps["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|r| r["name"] == "deployments/scale")
+            .unwrap();
         assert_eq!(scale["group"], "autoscaling");
         assert_eq!(scale["kind"], "Scale");
         let groups = api_group_list(&snap);
-        assert!(groups["groups"].as_array().unwrap().iter().any(|g| g["name"] == "apps"));
+        assert!(groups["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|g| g["name"] == "apps"));
         let agg = aggregated(&snap, false, AGGREGATED_V2);
-        let apps = agg["items"].as_array().unwrap().iter().find(|g| g["metadata"]["name"] == "apps").unwrap();
-        assert_eq!(apps["versions"][0]["resources"].as_array().unwrap().len(), 5);
+        let apps = agg["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|g| g["metadata"]["name"] == "apps")
+            .unwrap();
+        assert_eq!(
+            apps["versions"][0]["resources"].as_array().unwrap().len(),
+            5
+        );
     }
 
     #[test]

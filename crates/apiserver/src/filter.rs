@@ -38,7 +38,10 @@ impl Attrs {
     }
 
     fn field(&self, name: &str) -> Option<String> {
-        self.fields.iter().find(|(f, _)| *f == name).map(|(_, v)| v.clone())
+        self.fields
+            .iter()
+            .find(|(f, _)| *f == name)
+            .map(|(_, v)| v.clone())
     }
 }
 

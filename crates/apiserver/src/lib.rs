@@ -35,7 +35,10 @@ pub enum StorageConfig {
     /// The embedded SQLite store at `<data-dir>/state.db`.
     Sqlite,
     /// etcd v3 at these endpoints, keys under `prefix`.
-    Etcd { servers: Vec<String>, prefix: String },
+    Etcd {
+        servers: Vec<String>,
+        prefix: String,
+    },
 }
 
 #[derive(Clone, Debug)]
@@ -87,7 +90,8 @@ pub async fn start(config: Config) -> Result<Running, String> {
         StorageConfig::Sqlite => {
             let path = config.data_dir.join("state.db");
             Arc::new(
-                storage::sqlite::SqliteStore::open(&path, Default::default()).map_err(|e| e.to_string())?,
+                storage::sqlite::SqliteStore::open(&path, Default::default())
+                    .map_err(|e| e.to_string())?,
             )
         }
         StorageConfig::Etcd { servers, prefix } => Arc::new(
@@ -100,9 +104,15 @@ pub async fn start(config: Config) -> Result<Running, String> {
         Some(path) => authn::TokenAuthenticator::from_file(path)?,
         None => authn::TokenAuthenticator::default(),
     };
-    let listener = tokio::net::TcpListener::bind(SocketAddr::new(config.bind_address, config.secure_port))
-        .await
-        .map_err(|e| format!("cannot listen on {}:{}: {e}", config.bind_address, config.secure_port))?;
+    let listener =
+        tokio::net::TcpListener::bind(SocketAddr::new(config.bind_address, config.secure_port))
+            .await
+            .map_err(|e| {
+                format!(
+                    "cannot listen on {}:{}: {e}",
+                    config.bind_address, config.secure_port
+                )
+            })?;
     let local = listener.local_addr().map_err(|e| e.to_string())?;
     let client_host = match config.bind_address {
         IpAddr::V4(a) if a.is_unspecified() => "127.0.0.1".to_string(),
@@ -133,12 +143,15 @@ pub async fn start(config: Config) -> Result<Running, String> {
     bootstrap::ensure_defaults(&api).await?;
     let compactor = {
         let caches = caches.clone();
-        storage::compaction::spawn_auto_compaction_with(store.clone(), config.compaction_interval, move |rev| {
-            caches.set_compacted(rev)
-        })
+        storage::compaction::spawn_auto_compaction_with(
+            store.clone(),
+            config.compaction_interval,
+            move |rev| caches.set_compacted(rev),
+        )
     };
 
-    let pki = certs::ensure(&config.data_dir, &[config.bind_address.to_string()]).map_err(|e| e.to_string())?;
+    let pki = certs::ensure(&config.data_dir, &[config.bind_address.to_string()])
+        .map_err(|e| e.to_string())?;
     let url = format!("https://{client_host}:{}", local.port());
     let kubeconfig = config.data_dir.join("admin.kubeconfig");
     certs::write_kubeconfig(&kubeconfig, &certs::admin_kubeconfig(&pki, &url))?;

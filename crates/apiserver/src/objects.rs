@@ -23,7 +23,9 @@ pub fn meta_mut(obj: &mut Value) -> &mut Map<String, Value> {
             }
         }
     };
-    let entry = root.entry("metadata").or_insert_with(|| Value::Object(Map::new()));
+    let entry = root
+        .entry("metadata")
+        .or_insert_with(|| Value::Object(Map::new()));
     if !entry.is_object() {
         *entry = Value::Object(Map::new());
     }
@@ -53,7 +55,11 @@ pub fn finalizers(obj: &Value) -> Vec<String> {
     meta(obj)
         .and_then(|m| m.get("finalizers"))
         .and_then(Value::as_array)
-        .map(|a| a.iter().filter_map(|v| v.as_str().map(str::to_string)).collect())
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect()
+        })
         .unwrap_or_default()
 }
 
@@ -170,7 +176,9 @@ mod tests {
     fn resource_version_is_spliced_into_stored_bytes() {
         let obj = json!({"kind": "ConfigMap", "apiVersion": "v1", "metadata": {"name": "a", "resourceVersion": "9"}, "data": {"metadata": "x"}});
         let stored = encode_for_storage(&obj);
-        assert!(stored.starts_with(br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a"}"#));
+        assert!(
+            stored.starts_with(br#"{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"a"}"#)
+        );
         let served: Value = serde_json::from_slice(&with_resource_version(&stored, 42)).unwrap();
         assert_eq!(served["metadata"]["resourceVersion"], "42");
         assert_eq!(served["metadata"]["name"], "a");

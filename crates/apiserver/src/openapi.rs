@@ -57,11 +57,22 @@ fn operation(r: &Resource, action: &str, id: &str, params: &[&str]) -> Value {
 }
 
 const WRITE_PARAMS: &[&str] = &["dryRun", "fieldManager", "fieldValidation", "pretty"];
-const PATCH_PARAMS: &[&str] = &["dryRun", "fieldManager", "fieldValidation", "force", "pretty"];
+const PATCH_PARAMS: &[&str] = &[
+    "dryRun",
+    "fieldManager",
+    "fieldValidation",
+    "force",
+    "pretty",
+];
 
 /// `GET /openapi/v3/<api/v1 | apis/<group>/<version>>`; None for an unknown group version.
 pub fn group_version(snap: &Snapshot, path: &str) -> Option<Value> {
-    let (group, version) = match path.trim_matches('/').split('/').collect::<Vec<_>>().as_slice() {
+    let (group, version) = match path
+        .trim_matches('/')
+        .split('/')
+        .collect::<Vec<_>>()
+        .as_slice()
+    {
         ["api", v] => (String::new(), v.to_string()),
         ["apis", g, v] => (g.to_string(), v.to_string()),
         _ => return None,
@@ -81,35 +92,87 @@ pub fn group_version(snap: &Snapshot, path: &str) -> Option<Value> {
         };
         let mut coll = Map::new();
         if r.has_verb("list") {
-            coll.insert("get".into(), operation(r, "list", &format!("list{op_kind}"), &["labelSelector", "fieldSelector", "limit", "continue", "resourceVersion", "watch"]));
+            coll.insert(
+                "get".into(),
+                operation(
+                    r,
+                    "list",
+                    &format!("list{op_kind}"),
+                    &[
+                        "labelSelector",
+                        "fieldSelector",
+                        "limit",
+                        "continue",
+                        "resourceVersion",
+                        "watch",
+                    ],
+                ),
+            );
         }
         if r.has_verb("create") {
-            coll.insert("post".into(), operation(r, "post", &format!("create{op_kind}"), WRITE_PARAMS));
+            coll.insert(
+                "post".into(),
+                operation(r, "post", &format!("create{op_kind}"), WRITE_PARAMS),
+            );
         }
         if r.has_verb("deletecollection") {
-            coll.insert("delete".into(), operation(r, "deletecollection", &format!("deleteCollection{op_kind}"), &["dryRun", "gracePeriodSeconds", "propagationPolicy"]));
+            coll.insert(
+                "delete".into(),
+                operation(
+                    r,
+                    "deletecollection",
+                    &format!("deleteCollection{op_kind}"),
+                    &["dryRun", "gracePeriodSeconds", "propagationPolicy"],
+                ),
+            );
         }
         paths.insert(collection.clone(), Value::Object(coll));
         let item = format!("{collection}/{{name}}");
         let mut obj = Map::new();
         if r.has_verb("get") {
-            obj.insert("get".into(), operation(r, "get", &format!("read{op_kind}"), &["pretty"]));
+            obj.insert(
+                "get".into(),
+                operation(r, "get", &format!("read{op_kind}"), &["pretty"]),
+            );
         }
         if r.has_verb("update") {
-            obj.insert("put".into(), operation(r, "put", &format!("replace{op_kind}"), WRITE_PARAMS));
+            obj.insert(
+                "put".into(),
+                operation(r, "put", &format!("replace{op_kind}"), WRITE_PARAMS),
+            );
         }
         if r.has_verb("patch") {
-            obj.insert("patch".into(), operation(r, "patch", &format!("patch{op_kind}"), PATCH_PARAMS));
+            obj.insert(
+                "patch".into(),
+                operation(r, "patch", &format!("patch{op_kind}"), PATCH_PARAMS),
+            );
         }
         if r.has_verb("delete") {
-            obj.insert("delete".into(), operation(r, "delete", &format!("delete{op_kind}"), &["dryRun", "gracePeriodSeconds", "propagationPolicy"]));
+            obj.insert(
+                "delete".into(),
+                operation(
+                    r,
+                    "delete",
+                    &format!("delete{op_kind}"),
+                    &["dryRun", "gracePeriodSeconds", "propagationPolicy"],
+                ),
+            );
         }
         paths.insert(item.clone(), Value::Object(obj));
         for sub in &r.subresources {
             let mut ops = Map::new();
-            ops.insert("get".into(), operation(r, "get", &format!("read{op_kind}{sub}"), &["pretty"]));
-            ops.insert("put".into(), operation(r, "put", &format!("replace{op_kind}{sub}"), WRITE_PARAMS));
-            ops.insert("patch".into(), operation(r, "patch", &format!("patch{op_kind}{sub}"), PATCH_PARAMS));
+            ops.insert(
+                "get".into(),
+                operation(r, "get", &format!("read{op_kind}{sub}"), &["pretty"]),
+            );
+            ops.insert(
+                "put".into(),
+                operation(r, "put", &format!("replace{op_kind}{sub}"), WRITE_PARAMS),
+            );
+            ops.insert(
+                "patch".into(),
+                operation(r, "patch", &format!("patch{op_kind}{sub}"), PATCH_PARAMS),
+            );
             paths.insert(format!("{item}/{sub}"), Value::Object(ops));
         }
     }
@@ -130,11 +193,21 @@ mod tests {
     fn patch_operations_declare_field_validation() {
         let snap = Registry::with_builtin().snapshot();
         let r = root(&snap);
-        assert!(r["paths"]["apis/apps/v1"]["serverRelativeURL"].as_str().unwrap().starts_with("/openapi/v3/apis/apps/v1?hash="));
+        assert!(r["paths"]["apis/apps/v1"]["serverRelativeURL"]
+            .as_str()
+            .unwrap()
+            .starts_with("/openapi/v3/apis/apps/v1?hash="));
         let doc = group_version(&snap, "api/v1").unwrap();
         let patch = &doc["paths"]["/api/v1/namespaces/{namespace}/configmaps/{name}"]["patch"];
-        assert_eq!(patch["x-kubernetes-group-version-kind"]["kind"], "ConfigMap");
-        assert!(patch["parameters"].as_array().unwrap().iter().any(|p| p["name"] == "fieldValidation" && p["in"] == "query"));
+        assert_eq!(
+            patch["x-kubernetes-group-version-kind"]["kind"],
+            "ConfigMap"
+        );
+        assert!(patch["parameters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|p| p["name"] == "fieldValidation" && p["in"] == "query"));
         assert!(group_version(&snap, "apis/nope/v1").is_none());
     }
 }

@@ -55,7 +55,10 @@ pub enum Target {
     /// `/apis/<group>`.
     ApiGroup(String),
     /// `/api/v1`, `/apis/<group>/<version>`: the resources of a group version.
-    ApiResources { group: String, version: String },
+    ApiResources {
+        group: String,
+        version: String,
+    },
     Resource(ResourceRequest),
     /// Anything else (`/healthz`, `/version`, ...): handled by the non-resource routes.
     NonResource,
@@ -63,7 +66,11 @@ pub enum Target {
 
 /// Parses a path and method into a [`Target`]. `watch=true` in the query turns list/get into watch.
 pub fn parse(method: &Method, path: &str, query: &Query) -> Result<Target, String> {
-    let segments: Vec<&str> = path.trim_matches('/').split('/').filter(|s| !s.is_empty()).collect();
+    let segments: Vec<&str> = path
+        .trim_matches('/')
+        .split('/')
+        .filter(|s| !s.is_empty())
+        .collect();
     let (group, version, rest) = match segments.as_slice() {
         ["api"] => return Ok(Target::ApiVersions),
         ["apis"] => return Ok(Target::ApiGroups),
@@ -115,7 +122,12 @@ fn finish(
         [resource, name] => (*resource, Some(*name), None),
         [resource, name, sub] => (*resource, Some(*name), Some(*sub)),
         [] => return Ok(Target::NonResource),
-        _ => return Err(format!("the path has too many segments: /{}", parts.join("/"))),
+        _ => {
+            return Err(format!(
+                "the path has too many segments: /{}",
+                parts.join("/")
+            ))
+        }
     };
     let verb = match (method.as_str(), name.is_some()) {
         ("GET" | "HEAD", _) if watch => Verb::Watch,
@@ -189,7 +201,10 @@ impl Query {
 
     /// `watch=true`, `watch=1`: Go's `strconv.ParseBool` truths.
     pub fn flag(&self, key: &str) -> bool {
-        matches!(self.get(key), Some("true" | "1" | "t" | "T" | "TRUE" | "True"))
+        matches!(
+            self.get(key),
+            Some("true" | "1" | "t" | "T" | "TRUE" | "True")
+        )
     }
 }
 
@@ -236,27 +251,58 @@ mod tests {
     #[test]
     fn parses_resource_paths() {
         let r = resource(Method::GET, "/api/v1/namespaces/default/pods/web", "");
-        assert_eq!((r.namespace.as_deref(), r.resource.as_str(), r.name.as_deref()), (Some("default"), "pods", Some("web")));
+        assert_eq!(
+            (
+                r.namespace.as_deref(),
+                r.resource.as_str(),
+                r.name.as_deref()
+            ),
+            (Some("default"), "pods", Some("web"))
+        );
         assert_eq!(r.verb, Verb::Get);
         let r = resource(Method::GET, "/apis/apps/v1/deployments", "watch=true");
-        assert_eq!((r.group.as_str(), r.verb, r.namespace), ("apps", Verb::Watch, None));
-        let r = resource(Method::PUT, "/apis/apps/v1/namespaces/ns1/deployments/web/scale", "");
+        assert_eq!(
+            (r.group.as_str(), r.verb, r.namespace),
+            ("apps", Verb::Watch, None)
+        );
+        let r = resource(
+            Method::PUT,
+            "/apis/apps/v1/namespaces/ns1/deployments/web/scale",
+            "",
+        );
         assert_eq!(r.subresource.as_deref(), Some("scale"));
         let r = resource(Method::GET, "/api/v1/namespaces/kube-system", "");
-        assert_eq!((r.resource.as_str(), r.name.as_deref(), r.verb), ("namespaces", Some("kube-system"), Verb::Get));
+        assert_eq!(
+            (r.resource.as_str(), r.name.as_deref(), r.verb),
+            ("namespaces", Some("kube-system"), Verb::Get)
+        );
         let r = resource(Method::GET, "/api/v1/watch/namespaces/default/pods", "");
         assert_eq!(r.verb, Verb::Watch);
         let r = resource(Method::DELETE, "/api/v1/namespaces/default/configmaps", "");
         assert_eq!(r.verb, Verb::DeleteCollection);
-        let ns = resource(Method::PUT, "/api/v1/namespaces/doomed/finalize", "").as_namespace_subresource().unwrap();
-        assert_eq!((ns.resource.as_str(), ns.name.as_deref(), ns.subresource.as_deref()), ("namespaces", Some("doomed"), Some("finalize")));
-        assert_eq!(target(Method::GET, "/apis/apps", ""), Target::ApiGroup("apps".into()));
+        let ns = resource(Method::PUT, "/api/v1/namespaces/doomed/finalize", "")
+            .as_namespace_subresource()
+            .unwrap();
+        assert_eq!(
+            (
+                ns.resource.as_str(),
+                ns.name.as_deref(),
+                ns.subresource.as_deref()
+            ),
+            ("namespaces", Some("doomed"), Some("finalize"))
+        );
+        assert_eq!(
+            target(Method::GET, "/apis/apps", ""),
+            Target::ApiGroup("apps".into())
+        );
         assert_eq!(target(Method::GET, "/healthz", ""), Target::NonResource);
     }
 
     #[test]
     fn decodes_queries() {
-        let q = Query::parse(Some("labelSelector=app%3Dweb%2Ctier+in+(a)&limit=5&watch=1"));
+        let q = Query::parse(Some(
+            "labelSelector=app%3Dweb%2Ctier+in+(a)&limit=5&watch=1",
+        ));
         assert_eq!(q.get("labelSelector"), Some("app=web,tier in (a)"));
         assert!(q.flag("watch"));
         assert_eq!(q.value("limit"), Some("5"));

@@ -26,7 +26,11 @@ pub fn streaming(rx: tokio::sync::mpsc::Receiver<Bytes>) -> Body {
     BodyExt::boxed(StreamBody::new(stream))
 }
 
-pub fn bytes_response(code: StatusCode, content_type: &str, bytes: impl Into<Bytes>) -> Response<Body> {
+pub fn bytes_response(
+    code: StatusCode,
+    content_type: &str,
+    bytes: impl Into<Bytes>,
+) -> Response<Body> {
     let mut resp = Response::new(full(bytes));
     *resp.status_mut() = code;
     if let Ok(v) = HeaderValue::from_str(content_type) {
@@ -70,7 +74,10 @@ pub enum IncludeObject {
 
 /// Chooses the representation from `Accept`. Entries are tried in order; an entry we cannot produce
 /// (protobuf, unknown `as=` kinds) is skipped; if none fits, 406.
-pub fn negotiate(headers: &HeaderMap, include_object: Option<&str>) -> Result<Representation, ApiError> {
+pub fn negotiate(
+    headers: &HeaderMap,
+    include_object: Option<&str>,
+) -> Result<Representation, ApiError> {
     let accept = headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
@@ -82,23 +89,35 @@ pub fn negotiate(headers: &HeaderMap, include_object: Option<&str>) -> Result<Re
     for entry in accept.split(',') {
         let mut parts = entry.split(';').map(str::trim);
         let media = parts.next().unwrap_or("");
-        let params: Vec<(&str, &str)> = parts.filter_map(|p| p.split_once('=')).map(|(k, v)| (k.trim(), v.trim())).collect();
+        let params: Vec<(&str, &str)> = parts
+            .filter_map(|p| p.split_once('='))
+            .map(|(k, v)| (k.trim(), v.trim()))
+            .collect();
         let param = |k: &str| params.iter().find(|(pk, _)| *pk == k).map(|(_, v)| *v);
-        if !matches!(media, "application/json" | "application/*" | "*/*" | "application/yaml") {
+        if !matches!(
+            media,
+            "application/json" | "application/*" | "*/*" | "application/yaml"
+        ) {
             continue;
         }
         match param("as") {
             None => return Ok(Representation::Object),
-            Some("Table") if param("g") == Some("meta.k8s.io") && matches!(param("v"), Some("v1" | "v1beta1")) => {
+            Some("Table")
+                if param("g") == Some("meta.k8s.io")
+                    && matches!(param("v"), Some("v1" | "v1beta1")) =>
+            {
                 let include = match include_object {
                     Some("None") => IncludeObject::None,
                     Some("Object") => IncludeObject::Object,
                     _ => IncludeObject::Metadata,
                 };
-                return Ok(Representation::Table { include_object: include });
+                return Ok(Representation::Table {
+                    include_object: include,
+                });
             }
             Some("PartialObjectMetadata" | "PartialObjectMetadataList")
-                if param("g") == Some("meta.k8s.io") && matches!(param("v"), Some("v1" | "v1beta1")) =>
+                if param("g") == Some("meta.k8s.io")
+                    && matches!(param("v"), Some("v1" | "v1beta1")) =>
             {
                 return Ok(Representation::Metadata)
             }
@@ -123,11 +142,19 @@ mod tests {
     #[test]
     fn kubectl_get_asks_for_a_table() {
         let h = with_accept("application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json");
-        assert_eq!(negotiate(&h, None).unwrap(), Representation::Table { include_object: IncludeObject::Metadata });
+        assert_eq!(
+            negotiate(&h, None).unwrap(),
+            Representation::Table {
+                include_object: IncludeObject::Metadata
+            }
+        );
         let h = with_accept("application/vnd.kubernetes.protobuf, application/json");
         assert_eq!(negotiate(&h, None).unwrap(), Representation::Object);
         let h = with_accept("application/vnd.kubernetes.protobuf");
         assert_eq!(negotiate(&h, None).unwrap_err().code, 406);
-        assert_eq!(negotiate(&HeaderMap::new(), None).unwrap(), Representation::Object);
+        assert_eq!(
+            negotiate(&HeaderMap::new(), None).unwrap(),
+            Representation::Object
+        );
     }
 }

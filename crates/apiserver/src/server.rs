@@ -54,14 +54,19 @@ fn tls_config(pki: &Pki) -> Result<rustls::ServerConfig, String> {
             .map_err(|e| format!("ca.crt: {e}"))?;
     }
     // Client certificates are optional at the TLS layer: token users connect without one.
-    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone())
-        .allow_unauthenticated()
-        .build()
-        .map_err(|e| format!("client certificate verifier: {e}"))?;
-    let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(pki.serving_cert.as_bytes())
-        .collect::<Result<_, _>>()
-        .map_err(|e| format!("apiserver.crt: {e}"))?;
-    let key = PrivateKeyDer::from_pem_slice(pki.serving_key.as_bytes()).map_err(|e| format!("apiserver.key: {e}"))?;
+    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+        Arc::new(roots),
+        provider.clone(),
+    )
+    .allow_unauthenticated()
+    .build()
+    .map_err(|e| format!("client certificate verifier: {e}"))?;
+    let certs: Vec<CertificateDer<'static>> =
+        CertificateDer::pem_slice_iter(pki.serving_cert.as_bytes())
+            .collect::<Result<_, _>>()
+            .map_err(|e| format!("apiserver.crt: {e}"))?;
+    let key = PrivateKeyDer::from_pem_slice(pki.serving_key.as_bytes())
+        .map_err(|e| format!("apiserver.key: {e}"))?;
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .map_err(|e| e.to_string())?
@@ -134,10 +139,16 @@ const DRAIN_LIMIT: usize = 64 * 1024 * 1024;
 const PUBLIC_PATHS: &[&str] = &["/healthz", "/livez", "/readyz", "/version"];
 
 fn is_public(path: &str) -> bool {
-    PUBLIC_PATHS.iter().any(|p| path == *p || path.starts_with(&format!("{p}/")))
+    PUBLIC_PATHS
+        .iter()
+        .any(|p| path == *p || path.starts_with(&format!("{p}/")))
 }
 
-async fn handle(api: &Arc<ApiServer>, cert_user: Option<UserInfo>, req: Request<Incoming>) -> Response<Body> {
+async fn handle(
+    api: &Arc<ApiServer>,
+    cert_user: Option<UserInfo>,
+    req: Request<Incoming>,
+) -> Response<Body> {
     let (parts, body) = req.into_parts();
     let path = parts.uri.path().to_string();
     let query = Query::parse(parts.uri.query());
@@ -152,7 +163,10 @@ async fn handle(api: &Arc<ApiServer>, cert_user: Option<UserInfo>, req: Request<
     let body = match Limited::new(body, DRAIN_LIMIT).collect().await {
         Ok(collected) => collected.to_bytes(),
         Err(e) => {
-            let err = if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() {
+            let err = if e
+                .downcast_ref::<http_body_util::LengthLimitError>()
+                .is_some()
+            {
                 ApiError::request_entity_too_large("the request body is over the limit of 3 MiB")
             } else {
                 ApiError::bad_request(format!("cannot read the request body: {e}"))
@@ -187,7 +201,11 @@ fn public(path: &str) -> Response<Body> {
         });
         return response::json_response(StatusCode::OK, &version);
     }
-    response::bytes_response(StatusCode::OK, "text/plain; charset=utf-8", Bytes::from_static(b"ok"))
+    response::bytes_response(
+        StatusCode::OK,
+        "text/plain; charset=utf-8",
+        Bytes::from_static(b"ok"),
+    )
 }
 
 fn not_found() -> ApiError {
@@ -215,7 +233,8 @@ async fn route(
             Some(media) => Ok(response::bytes_response(
                 StatusCode::OK,
                 media,
-                serde_json::to_vec(&discovery::aggregated(&snap(), true, media)).unwrap_or_default(),
+                serde_json::to_vec(&discovery::aggregated(&snap(), true, media))
+                    .unwrap_or_default(),
             )),
             None => discovery_json(discovery::api_versions(&api.server_address)),
         },
@@ -223,13 +242,16 @@ async fn route(
             Some(media) => Ok(response::bytes_response(
                 StatusCode::OK,
                 media,
-                serde_json::to_vec(&discovery::aggregated(&snap(), false, media)).unwrap_or_default(),
+                serde_json::to_vec(&discovery::aggregated(&snap(), false, media))
+                    .unwrap_or_default(),
             )),
             None => discovery_json(discovery::api_group_list(&snap())),
         },
-        Target::ApiGroup(group) => discovery::api_group_doc(&snap(), &group).map_or_else(|| Err(not_found()), discovery_json),
+        Target::ApiGroup(group) => discovery::api_group_doc(&snap(), &group)
+            .map_or_else(|| Err(not_found()), discovery_json),
         Target::ApiResources { group, version } => {
-            discovery::api_resource_list(&snap(), &group, &version).map_or_else(|| Err(not_found()), discovery_json)
+            discovery::api_resource_list(&snap(), &group, &version)
+                .map_or_else(|| Err(not_found()), discovery_json)
         }
         Target::Resource(req) => crate::rest::handle(api, &req, query, headers, body).await,
         Target::NonResource if path == "/openapi/v3" || path == "/openapi/v3/" => {

@@ -68,7 +68,12 @@ pub struct CacheEvent {
 }
 
 impl CacheEvent {
-    fn new(rv: i64, deleted: bool, object: Arc<CachedObject>, prev: Option<Arc<CachedObject>>) -> Self {
+    fn new(
+        rv: i64,
+        deleted: bool,
+        object: Arc<CachedObject>,
+        prev: Option<Arc<CachedObject>>,
+    ) -> Self {
         CacheEvent {
             rv,
             deleted,
@@ -92,7 +97,11 @@ impl CacheEvent {
                 Some(CacheEvent::new(rv, false, obj, prev))
             }
             EventKind::Delete => {
-                let raw = event.prev.as_ref().map(|p| p.value.clone()).unwrap_or_default();
+                let raw = event
+                    .prev
+                    .as_ref()
+                    .map(|p| p.value.clone())
+                    .unwrap_or_default();
                 let obj = cache.make_object(key, &raw, rv)?;
                 Some(CacheEvent::new(rv, true, obj, prev))
             }
@@ -203,7 +212,12 @@ impl WatchCache {
         let json = objects::with_resource_version(raw, rv);
         let value: serde_json::Value = serde_json::from_slice(&json).ok()?;
         let attrs = Attrs::of(&self.group, &self.resource, &value);
-        Some(Arc::new(CachedObject { key, json, attrs, rv }))
+        Some(Arc::new(CachedObject {
+            key,
+            json,
+            attrs,
+            rv,
+        }))
     }
 
     /// The objects under `key_prefix` that `filter` selects, in key order.
@@ -282,7 +296,11 @@ impl WatchCache {
             }
             EventKind::Delete => {
                 inner.objects.remove(&key);
-                let raw = event.prev.as_ref().map(|p| p.value.clone()).unwrap_or_default();
+                let raw = event
+                    .prev
+                    .as_ref()
+                    .map(|p| p.value.clone())
+                    .unwrap_or_default();
                 let Some(obj) = self.make_object(key, &raw, rv) else {
                     return;
                 };
@@ -359,7 +377,12 @@ impl CacheSet {
 
     /// Makes sure a cache exists for a resource's storage prefix.
     pub fn ensure(&self, storage: &str, group: &str, resource: &str) -> Arc<WatchCache> {
-        if let Some(c) = self.caches.read().unwrap_or_else(|e| e.into_inner()).get(storage) {
+        if let Some(c) = self
+            .caches
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(storage)
+        {
             return c.clone();
         }
         let mut caches = self.caches.write().unwrap_or_else(|e| e.into_inner());
@@ -370,13 +393,18 @@ impl CacheSet {
     }
 
     pub fn get(&self, storage: &str) -> Option<Arc<WatchCache>> {
-        self.caches.read().unwrap_or_else(|e| e.into_inner()).get(storage).cloned()
+        self.caches
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(storage)
+            .cloned()
     }
 
     /// Records a store compaction: watches from before `revision` then get 410, as they would from the
     /// store, even while the events are still in memory.
     pub fn set_compacted(&self, revision: i64) {
-        self.compacted.fetch_max(revision, std::sync::atomic::Ordering::AcqRel);
+        self.compacted
+            .fetch_max(revision, std::sync::atomic::Ordering::AcqRel);
     }
 
     pub fn compacted(&self) -> i64 {
@@ -432,10 +460,17 @@ impl CacheSet {
             revision = Some(page.revision);
             after = page.items.last().map(|kv| kv.key.clone());
             for kv in page.items {
-                let Some(storage) = storage_of(&kv.key) else { continue };
-                let Some(cache) = self.get(storage) else { continue };
+                let Some(storage) = storage_of(&kv.key) else {
+                    continue;
+                };
+                let Some(cache) = self.get(storage) else {
+                    continue;
+                };
                 if let Some(obj) = cache.make_object(kv.key.clone(), &kv.value, kv.mod_revision) {
-                    by_storage.entry(storage.to_string()).or_default().insert(kv.key, obj);
+                    by_storage
+                        .entry(storage.to_string())
+                        .or_default()
+                        .insert(kv.key, obj);
                 }
             }
             if !page.more {
@@ -443,10 +478,18 @@ impl CacheSet {
             }
         }
         let revision = revision.unwrap_or(0);
-        let caches: Vec<Arc<WatchCache>> =
-            self.caches.read().unwrap_or_else(|e| e.into_inner()).values().cloned().collect();
+        let caches: Vec<Arc<WatchCache>> = self
+            .caches
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect();
         for cache in caches {
-            cache.reset(by_storage.remove(&cache.storage).unwrap_or_default(), revision);
+            cache.reset(
+                by_storage.remove(&cache.storage).unwrap_or_default(),
+                revision,
+            );
         }
         self.revision.send_replace(revision);
         let mut stream = store.watch("/", revision).await?;
@@ -470,7 +513,10 @@ mod tests {
     fn storage_prefix_of_keys() {
         assert_eq!(storage_of("/pods/default/web"), Some("pods"));
         assert_eq!(storage_of("/namespaces/default"), Some("namespaces"));
-        assert_eq!(storage_of("/events.k8s.io/events/ns/e"), Some("events.k8s.io/events"));
+        assert_eq!(
+            storage_of("/events.k8s.io/events/ns/e"),
+            Some("events.k8s.io/events")
+        );
         assert_eq!(storage_of("/nothing"), None);
     }
 }

@@ -43,7 +43,9 @@ fn sixteen_writers_count_exactly(backend: Backend) {
     runtime().block_on(async {
         let client = c.client().await;
         let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "default");
-        cms.create(&PostParams::default(), &cm("counter", "0")).await.expect("create");
+        cms.create(&PostParams::default(), &cm("counter", "0"))
+            .await
+            .expect("create");
         let mut tasks = Vec::new();
         for _ in 0..16 {
             let cms = cms.clone();
@@ -52,8 +54,15 @@ fn sixteen_writers_count_exactly(backend: Backend) {
                 for _ in 0..25 {
                     loop {
                         let mut cur = cms.get("counter").await.expect("get");
-                        let n: u64 = cur.data.as_ref().and_then(|d| d.get("value")).and_then(|v| v.parse().ok()).expect("value");
-                        cur.data.get_or_insert_with(Default::default).insert("value".into(), (n + 1).to_string());
+                        let n: u64 = cur
+                            .data
+                            .as_ref()
+                            .and_then(|d| d.get("value"))
+                            .and_then(|v| v.parse().ok())
+                            .expect("value");
+                        cur.data
+                            .get_or_insert_with(Default::default)
+                            .insert("value".into(), (n + 1).to_string());
                         match cms.replace("counter", &PostParams::default(), &cur).await {
                             Ok(_) => break,
                             Err(e) if api_code(&e) == 409 => conflicts += 1,
@@ -69,8 +78,15 @@ fn sixteen_writers_count_exactly(backend: Backend) {
             conflicts += t.await.expect("task");
         }
         let end = cms.get("counter").await.expect("get");
-        assert_eq!(end.data.unwrap()["value"], "400", "lost updates ({conflicts} conflicts seen)");
-        assert!(conflicts > 0, "16 concurrent writers should have conflicted at least once");
+        assert_eq!(
+            end.data.unwrap()["value"],
+            "400",
+            "lost updates ({conflicts} conflicts seen)"
+        );
+        assert!(
+            conflicts > 0,
+            "16 concurrent writers should have conflicted at least once"
+        );
     });
 }
 
@@ -79,13 +95,17 @@ fn watch_resumes_without_gaps(backend: Backend) {
     let c = Cluster::start(backend);
     runtime().block_on(async {
         let cms: Api<ConfigMap> = Api::namespaced(c.client().await, "default");
-        let first = cms.create(&PostParams::default(), &cm("w-0", "0")).await.expect("create");
+        let first = cms
+            .create(&PostParams::default(), &cm("w-0", "0"))
+            .await
+            .expect("create");
         let saved = first.metadata.resource_version.clone().expect("rv");
         let mut expected = Vec::new();
         for i in 1..=1000 {
             let name = format!("w-{}", i % 50);
             let obj = if i < 50 {
-                cms.create(&PostParams::default(), &cm(&name, &i.to_string())).await
+                cms.create(&PostParams::default(), &cm(&name, &i.to_string()))
+                    .await
             } else {
                 let mut cur = cms.get(&name).await.expect("get");
                 cur.data = Some([("value".to_string(), i.to_string())].into());
@@ -94,7 +114,11 @@ fn watch_resumes_without_gaps(backend: Backend) {
             .expect("write");
             expected.push((name, obj.metadata.resource_version.expect("rv")));
         }
-        let mut stream = cms.watch(&WatchParams::default(), &saved).await.expect("watch").boxed();
+        let mut stream = cms
+            .watch(&WatchParams::default(), &saved)
+            .await
+            .expect("watch")
+            .boxed();
         let mut seen = Vec::new();
         while seen.len() < expected.len() {
             let ev = tokio::time::timeout(Duration::from_secs(30), stream.try_next())
@@ -103,9 +127,10 @@ fn watch_resumes_without_gaps(backend: Backend) {
                 .expect("watch error")
                 .expect("watch ended");
             match ev {
-                WatchEvent::Added(o) | WatchEvent::Modified(o) => {
-                    seen.push((o.metadata.name.unwrap(), o.metadata.resource_version.unwrap()))
-                }
+                WatchEvent::Added(o) | WatchEvent::Modified(o) => seen.push((
+                    o.metadata.name.unwrap(),
+                    o.metadata.resource_version.unwrap(),
+                )),
                 WatchEvent::Bookmark(_) => {}
                 other => panic!("unexpected event {other:?}"),
             }
@@ -119,15 +144,22 @@ fn compacted_resource_version_is_gone(backend: Backend) {
     let c = Cluster::start_with(backend, &["--compaction-interval", "1s"]);
     runtime().block_on(async {
         let cms: Api<ConfigMap> = Api::namespaced(c.client().await, "default");
-        let old = cms.create(&PostParams::default(), &cm("old", "1")).await.expect("create");
+        let old = cms
+            .create(&PostParams::default(), &cm("old", "1"))
+            .await
+            .expect("create");
         let old_rv = old.metadata.resource_version.unwrap();
         for i in 0..20 {
-            cms.create(&PostParams::default(), &cm(&format!("n{i}"), "x")).await.expect("create");
+            cms.create(&PostParams::default(), &cm(&format!("n{i}"), "x"))
+                .await
+                .expect("create");
         }
         let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
         loop {
             // A list continuing at the old revision, and a watch from it.
-            let lp = ListParams::default().at(&old_rv).matching(kube::api::VersionMatch::Exact);
+            let lp = ListParams::default()
+                .at(&old_rv)
+                .matching(kube::api::VersionMatch::Exact);
             let listed = cms.list(&lp).await;
             let watched = async {
                 let mut s = cms.watch(&WatchParams::default(), &old_rv).await?.boxed();
@@ -147,7 +179,10 @@ fn compacted_resource_version_is_gone(backend: Backend) {
             if list_gone && watch_gone {
                 break;
             }
-            assert!(tokio::time::Instant::now() < deadline, "never compacted: list {listed:?}, watch {watched:?}");
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "never compacted: list {listed:?}, watch {watched:?}"
+            );
             tokio::time::sleep(Duration::from_millis(300)).await;
         }
     });
@@ -169,7 +204,9 @@ fn bad_input_is_rejected_and_stores_nothing(backend: Backend) {
             let client = client.clone();
             async move { client.request_text(req).await }
         };
-        let cases: Vec<(&str, String, &str, Vec<u8>, u16, &str)> = vec![
+        // (method, uri, content type, body, expected code, expected reason)
+        type Case<'a> = (&'a str, String, &'a str, Vec<u8>, u16, &'a str);
+        let cases: Vec<Case> = vec![
             ("POST", base.into(), "application/json", b"{not json".to_vec(), 400, "BadRequest"),
             ("POST", base.into(), "application/json", br#"{"apiVersion":"v1","kind":"Secret","metadata":{"name":"x"}}"#.to_vec(), 400, "BadRequest"),
             ("POST", base.into(), "application/json", format!(r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"{}"}}}}"#, "a".repeat(300)).into_bytes(), 422, "Invalid"),
@@ -201,11 +238,13 @@ fn bad_input_is_rejected_and_stores_nothing(backend: Backend) {
         // A stale resourceVersion on update is a 409.
         let created = cms.create(&PostParams::default(), &cm("ok", "1")).await.expect("create");
         let mut stale = created.clone();
-        cms.replace("ok", &PostParams::default(), &created).await.expect("first update");
+        let mut changed = created.clone();
+        changed.data = Some([("value".to_string(), "changed".to_string())].into());
+        cms.replace("ok", &PostParams::default(), &changed).await.expect("first update");
         stale.data = Some([("value".to_string(), "2".to_string())].into());
         let err = cms.replace("ok", &PostParams::default(), &stale).await.expect_err("stale update");
         assert_eq!(api_code(&err), 409);
-        assert_eq!(cms.get("ok").await.expect("get").data.unwrap()["value"], "1");
+        assert_eq!(cms.get("ok").await.expect("get").data.unwrap()["value"], "changed");
     });
 }
 
@@ -216,17 +255,42 @@ fn restart_keeps_objects_and_versions(backend: Backend) {
     let before = rt.block_on(async {
         let cms: Api<ConfigMap> = Api::namespaced(c.client().await, "default");
         for i in 0..20 {
-            cms.create(&PostParams::default(), &cm(&format!("keep-{i}"), &i.to_string())).await.expect("create");
+            cms.create(
+                &PostParams::default(),
+                &cm(&format!("keep-{i}"), &i.to_string()),
+            )
+            .await
+            .expect("create");
         }
-        cms.delete("keep-3", &Default::default()).await.expect("delete");
+        cms.delete("keep-3", &Default::default())
+            .await
+            .expect("delete");
         let list = cms.list(&ListParams::default()).await.expect("list");
-        list.items.into_iter().map(|o| (o.metadata.name.unwrap(), o.metadata.resource_version.unwrap(), o.metadata.uid.unwrap())).collect::<Vec<_>>()
+        list.items
+            .into_iter()
+            .map(|o| {
+                (
+                    o.metadata.name.unwrap(),
+                    o.metadata.resource_version.unwrap(),
+                    o.metadata.uid.unwrap(),
+                )
+            })
+            .collect::<Vec<_>>()
     });
     c.restart();
     let after = rt.block_on(async {
         let cms: Api<ConfigMap> = Api::namespaced(c.client().await, "default");
         let list = cms.list(&ListParams::default()).await.expect("list");
-        list.items.into_iter().map(|o| (o.metadata.name.unwrap(), o.metadata.resource_version.unwrap(), o.metadata.uid.unwrap())).collect::<Vec<_>>()
+        list.items
+            .into_iter()
+            .map(|o| {
+                (
+                    o.metadata.name.unwrap(),
+                    o.metadata.resource_version.unwrap(),
+                    o.metadata.uid.unwrap(),
+                )
+            })
+            .collect::<Vec<_>>()
     });
     assert_eq!(before.len(), 19);
     assert_eq!(before, after);

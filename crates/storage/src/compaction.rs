@@ -71,7 +71,10 @@ mod tests {
         let early = store.current_revision().await.unwrap();
         let task = spawn_auto_compaction(store.clone(), Duration::from_millis(100));
         for i in 0..5 {
-            store.update("/k/a", format!("v{i}").into(), None).await.unwrap();
+            store
+                .update("/k/a", format!("v{i}").into(), None)
+                .await
+                .unwrap();
         }
         let latest = store.current_revision().await.unwrap();
         // Two ticks later the revision seen at the first tick (>= latest) is compacted.
@@ -79,7 +82,9 @@ mod tests {
         loop {
             match store.watch("/k/", early).await {
                 Err(crate::Error::Compacted { .. }) => break,
-                _ if tokio::time::Instant::now() > deadline => panic!("history was never compacted"),
+                _ if tokio::time::Instant::now() > deadline => {
+                    panic!("history was never compacted")
+                }
                 _ => tokio::time::sleep(Duration::from_millis(50)).await,
             }
         }

@@ -60,14 +60,14 @@ impl PatchError {
                 reason: "Invalid",
                 message: "the server rejected our request due to an error in our request"
                     .to_string(),
-                details: Some(Details {
+                details: Some(Box::new(Details {
                     causes: vec![Cause {
                         reason: "UnexpectedServerResponse".to_string(),
                         message: m.clone(),
                         field: String::new(),
                     }],
                     ..Details::default()
-                }),
+                })),
             },
         }
     }

@@ -98,7 +98,12 @@ pub struct FieldError {
 }
 
 impl FieldError {
-    fn new(kind: ErrorType, field: &FieldPath, bad_value: Option<Value>, detail: impl Into<String>) -> Self {
+    fn new(
+        kind: ErrorType,
+        field: &FieldPath,
+        bad_value: Option<Value>,
+        detail: impl Into<String>,
+    ) -> Self {
         FieldError {
             kind,
             field: field.clone(),
@@ -112,7 +117,11 @@ impl FieldError {
     pub fn invalid(field: &FieldPath, value: impl Into<Value>, detail: impl Into<String>) -> Self {
         Self::new(ErrorType::Invalid, field, Some(value.into()), detail)
     }
-    pub fn not_supported<S: AsRef<str>>(field: &FieldPath, value: impl Into<Value>, valid: &[S]) -> Self {
+    pub fn not_supported<S: AsRef<str>>(
+        field: &FieldPath,
+        value: impl Into<Value>,
+        valid: &[S],
+    ) -> Self {
         let quoted: Vec<String> = valid.iter().map(|v| format!("{:?}", v.as_ref())).collect();
         Self::new(
             ErrorType::NotSupported,
@@ -128,7 +137,12 @@ impl FieldError {
         Self::new(ErrorType::Forbidden, field, None, detail)
     }
     pub fn too_long(field: &FieldPath, max: usize) -> Self {
-        Self::new(ErrorType::TooLong, field, None, format!("may not be more than {max} bytes"))
+        Self::new(
+            ErrorType::TooLong,
+            field,
+            None,
+            format!("may not be more than {max} bytes"),
+        )
     }
     pub fn too_many(field: &FieldPath, actual: usize, max: usize) -> Self {
         Self::new(
@@ -145,7 +159,13 @@ impl FieldError {
     /// Upstream's `ErrorBody`: the message without the field path.
     pub fn body(&self) -> String {
         let mut s = match (&self.kind, &self.bad_value) {
-            (ErrorType::Required | ErrorType::Forbidden | ErrorType::TooLong | ErrorType::Internal, _)
+            (
+                ErrorType::Required
+                | ErrorType::Forbidden
+                | ErrorType::TooLong
+                | ErrorType::Internal,
+                _,
+            )
             | (_, None) => self.kind.text().to_string(),
             (_, Some(value)) => format!("{}: {}", self.kind.text(), go_value(value)),
         };
@@ -180,8 +200,14 @@ mod tests {
 
     #[test]
     fn messages_use_upstream_wording() {
-        let p = FieldPath::root("spec").child("containers").index(0).child("image");
-        assert_eq!(FieldError::required(&p, "").to_string(), "spec.containers[0].image: Required value");
+        let p = FieldPath::root("spec")
+            .child("containers")
+            .index(0)
+            .child("image");
+        assert_eq!(
+            FieldError::required(&p, "").to_string(),
+            "spec.containers[0].image: Required value"
+        );
         let r = FieldPath::root("spec").child("replicas");
         assert_eq!(
             FieldError::invalid(&r, -1, "must be greater than or equal to 0").to_string(),
@@ -197,6 +223,12 @@ mod tests {
             FieldError::not_supported(&pol, "Sometimes", &["Always", "OnFailure", "Never"]).to_string(),
             "spec.restartPolicy: Unsupported value: \"Sometimes\": supported values: \"Always\", \"OnFailure\", \"Never\""
         );
-        assert_eq!(FieldPath::root("metadata").child("labels").key("app").as_str(), "metadata.labels[app]");
+        assert_eq!(
+            FieldPath::root("metadata")
+                .child("labels")
+                .key("app")
+                .as_str(),
+            "metadata.labels[app]"
+        );
     }
 }

@@ -49,9 +49,22 @@ pub fn parse_body(headers: &HeaderMap, body: &Bytes) -> Result<Value, ApiError> 
 
 /// Checks (and fills in) `apiVersion` and `kind` against the resource, `expected_kind` being the kind
 /// the body must have (the resource's, or e.g. `Scale` for a scale subresource).
-pub fn check_type(resource: &Resource, expected_api_version: &str, expected_kind: &str, obj: &mut Value) -> Result<(), ApiError> {
-    let kind = obj.get("kind").and_then(Value::as_str).unwrap_or("").to_string();
-    let api_version = obj.get("apiVersion").and_then(Value::as_str).unwrap_or("").to_string();
+pub fn check_type(
+    resource: &Resource,
+    expected_api_version: &str,
+    expected_kind: &str,
+    obj: &mut Value,
+) -> Result<(), ApiError> {
+    let kind = obj
+        .get("kind")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
+    let api_version = obj
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
     if !kind.is_empty() && kind != expected_kind {
         return Err(ApiError::bad_request(format!(
             "{kind} in version {:?} cannot be handled as a {expected_kind}: the kind in the request body ({kind}) does not match the kind of the resource ({expected_kind})",
@@ -82,21 +95,54 @@ mod tests {
     #[test]
     fn bodies_are_parsed_and_checked() {
         let mut h = HeaderMap::new();
-        assert_eq!(parse_body(&h, &Bytes::from_static(b"{nope")).unwrap_err().code, 400);
-        assert_eq!(parse_body(&h, &Bytes::from_static(b"[1]")).unwrap_err().code, 400);
-        assert_eq!(parse_body(&h, &Bytes::from(vec![b' '; MAX_BODY + 1])).unwrap_err().code, 413);
-        h.insert(http::header::CONTENT_TYPE, "application/yaml".parse().unwrap());
+        assert_eq!(
+            parse_body(&h, &Bytes::from_static(b"{nope"))
+                .unwrap_err()
+                .code,
+            400
+        );
+        assert_eq!(
+            parse_body(&h, &Bytes::from_static(b"[1]"))
+                .unwrap_err()
+                .code,
+            400
+        );
+        assert_eq!(
+            parse_body(&h, &Bytes::from(vec![b' '; MAX_BODY + 1]))
+                .unwrap_err()
+                .code,
+            413
+        );
+        h.insert(
+            http::header::CONTENT_TYPE,
+            "application/yaml".parse().unwrap(),
+        );
         let v = parse_body(&h, &Bytes::from_static(b"kind: ConfigMap\ndata:\n  a: b\n")).unwrap();
         assert_eq!(v["data"]["a"], "b");
         h.insert(http::header::CONTENT_TYPE, "text/plain".parse().unwrap());
-        assert_eq!(parse_body(&h, &Bytes::from_static(b"{}")).unwrap_err().code, 415);
-        let r = apimachinery::resources::Registry::with_builtin().get("", "v1", "configmaps").unwrap();
+        assert_eq!(
+            parse_body(&h, &Bytes::from_static(b"{}")).unwrap_err().code,
+            415
+        );
+        let r = apimachinery::resources::Registry::with_builtin()
+            .get("", "v1", "configmaps")
+            .unwrap();
         let mut pod = serde_json::json!({"kind": "Pod"});
-        assert_eq!(check_type(&r, "v1", "ConfigMap", &mut pod).unwrap_err().code, 400);
+        assert_eq!(
+            check_type(&r, "v1", "ConfigMap", &mut pod)
+                .unwrap_err()
+                .code,
+            400
+        );
         let mut bare = serde_json::json!({});
         check_type(&r, "v1", "ConfigMap", &mut bare).unwrap();
         assert_eq!(bare["kind"], "ConfigMap");
         let mut wrong = serde_json::json!({"kind": "ConfigMap", "apiVersion": "apps/v1"});
-        assert_eq!(check_type(&r, "v1", "ConfigMap", &mut wrong).unwrap_err().code, 400);
+        assert_eq!(
+            check_type(&r, "v1", "ConfigMap", &mut wrong)
+                .unwrap_err()
+                .code,
+            400
+        );
     }
 }

@@ -29,20 +29,34 @@ fn delete_options(ctx: &Ctx<'_>, body: &Bytes) -> Result<DeleteOptions, ApiError
     } else {
         decode::parse_body(ctx.headers, body)?
     };
-    let grace_period = match body.get("gracePeriodSeconds").and_then(Value::as_i64) {
-        Some(g) => Some(g),
-        None => match ctx.query.value("gracePeriodSeconds") {
-            Some(g) => Some(g.parse().map_err(|_| ApiError::bad_request(format!("invalid gracePeriodSeconds {g:?}")))?),
-            None => None,
-        },
-    };
-    let orphan = body.get("orphanDependents").and_then(Value::as_bool).or_else(|| ctx.query.value("orphanDependents").map(|v| v == "true"));
+    let grace_period =
+        match body.get("gracePeriodSeconds").and_then(Value::as_i64) {
+            Some(g) => Some(g),
+            None => match ctx.query.value("gracePeriodSeconds") {
+                Some(g) => Some(g.parse().map_err(|_| {
+                    ApiError::bad_request(format!("invalid gracePeriodSeconds {g:?}"))
+                })?),
+                None => None,
+            },
+        };
+    let orphan = body
+        .get("orphanDependents")
+        .and_then(Value::as_bool)
+        .or_else(|| ctx.query.value("orphanDependents").map(|v| v == "true"));
     let propagation = body
         .get("propagationPolicy")
         .and_then(Value::as_str)
         .or(ctx.query.value("propagationPolicy"))
         .map(str::to_string)
-        .or_else(|| orphan.map(|o| if o { "Orphan".into() } else { "Background".into() }));
+        .or_else(|| {
+            orphan.map(|o| {
+                if o {
+                    "Orphan".into()
+                } else {
+                    "Background".into()
+                }
+            })
+        });
     if let Some(p) = &propagation {
         if !matches!(p.as_str(), "Orphan" | "Background" | "Foreground") {
             return Err(ApiError::bad_request(format!(
@@ -53,8 +67,14 @@ fn delete_options(ctx: &Ctx<'_>, body: &Bytes) -> Result<DeleteOptions, ApiError
     Ok(DeleteOptions {
         grace_period,
         propagation,
-        precondition_uid: body.pointer("/preconditions/uid").and_then(Value::as_str).map(str::to_string),
-        precondition_rv: body.pointer("/preconditions/resourceVersion").and_then(Value::as_str).map(str::to_string),
+        precondition_uid: body
+            .pointer("/preconditions/uid")
+            .and_then(Value::as_str)
+            .map(str::to_string),
+        precondition_rv: body
+            .pointer("/preconditions/resourceVersion")
+            .and_then(Value::as_str)
+            .map(str::to_string),
     })
 }
 
@@ -98,7 +118,9 @@ async fn delete_one(
         let mut new = old.clone();
         let mut finalizers = objects::finalizers(&new);
         match options.propagation.as_deref() {
-            Some("Orphan") if !finalizers.iter().any(|f| f == "orphan") => finalizers.push("orphan".into()),
+            Some("Orphan") if !finalizers.iter().any(|f| f == "orphan") => {
+                finalizers.push("orphan".into())
+            }
             Some("Foreground") if !finalizers.iter().any(|f| f == "foregroundDeletion") => {
                 finalizers.push("foregroundDeletion".into())
             }
@@ -107,7 +129,10 @@ async fn delete_one(
         let grace = grace_period(ctx, &old, options);
         let is_namespace = ctx.resource.group.is_empty() && ctx.resource.plural == "namespaces";
         let ns_pending = is_namespace
-            && new.pointer("/spec/finalizers").and_then(Value::as_array).is_some_and(|f| !f.is_empty());
+            && new
+                .pointer("/spec/finalizers")
+                .and_then(Value::as_array)
+                .is_some_and(|f| !f.is_empty());
         let already = objects::meta_str(&old, "deletionTimestamp").is_some();
         if finalizers.is_empty() && grace == 0 && !ns_pending {
             let json = delete_now_raw(ctx, &old, old_rv).await;
@@ -120,7 +145,9 @@ async fn delete_one(
         if !finalizers.is_empty() {
             new["metadata"]["finalizers"] = json!(finalizers);
         }
-        let current_grace = objects::meta(&old).and_then(|m| m.get("deletionGracePeriodSeconds")).and_then(Value::as_i64);
+        let current_grace = objects::meta(&old)
+            .and_then(|m| m.get("deletionGracePeriodSeconds"))
+            .and_then(Value::as_i64);
         if !already || current_grace.is_some_and(|g| grace < g) {
             objects::set_meta(&mut new, "deletionTimestamp", objects::rfc3339_in(grace));
             objects::set_meta(&mut new, "deletionGracePeriodSeconds", grace);
@@ -133,14 +160,30 @@ async fn delete_one(
             return Ok((StatusCode::OK, Some(json.into())));
         }
         let key = ctx.key(namespace, name);
-        match ctx.api.store.update(&key, objects::encode_for_storage(&new), Some(old_rv)).await {
-            Ok(kv) => return Ok((StatusCode::OK, Some(objects::with_resource_version(&kv.value, kv.mod_revision)))),
+        match ctx
+            .api
+            .store
+            .update(&key, objects::encode_for_storage(&new), Some(old_rv))
+            .await
+        {
+            Ok(kv) => {
+                return Ok((
+                    StatusCode::OK,
+                    Some(objects::with_resource_version(&kv.value, kv.mod_revision)),
+                ))
+            }
             Err(storage::Error::Conflict { .. }) => continue,
-            Err(storage::Error::NotFound { .. }) => return Err(ApiError::not_found(&ctx.qualified(), name)),
+            Err(storage::Error::NotFound { .. }) => {
+                return Err(ApiError::not_found(&ctx.qualified(), name))
+            }
             Err(e) => return Err(storage_error(e)),
         }
     }
-    Err(ApiError::conflict(&ctx.qualified(), name, "too many concurrent updates; try again"))
+    Err(ApiError::conflict(
+        &ctx.qualified(),
+        name,
+        "too many concurrent updates; try again",
+    ))
 }
 
 /// Upstream's graceful deletion: only pods have a grace period, and only once scheduled and not
@@ -149,14 +192,23 @@ fn grace_period(ctx: &Ctx<'_>, obj: &Value, options: &DeleteOptions) -> i64 {
     if !(ctx.resource.group.is_empty() && ctx.resource.plural == "pods") {
         return 0;
     }
-    let scheduled = obj.pointer("/spec/nodeName").and_then(Value::as_str).is_some_and(|n| !n.is_empty());
-    let finished = matches!(obj.pointer("/status/phase").and_then(Value::as_str), Some("Succeeded" | "Failed"));
+    let scheduled = obj
+        .pointer("/spec/nodeName")
+        .and_then(Value::as_str)
+        .is_some_and(|n| !n.is_empty());
+    let finished = matches!(
+        obj.pointer("/status/phase").and_then(Value::as_str),
+        Some("Succeeded" | "Failed")
+    );
     if !scheduled || finished {
         return 0;
     }
     let grace = options
         .grace_period
-        .or_else(|| obj.pointer("/spec/terminationGracePeriodSeconds").and_then(Value::as_i64))
+        .or_else(|| {
+            obj.pointer("/spec/terminationGracePeriodSeconds")
+                .and_then(Value::as_i64)
+        })
         .unwrap_or(30);
     // 0 deletes at once (`kubectl delete --grace-period=0 --force`).
     grace.max(0)
@@ -165,9 +217,15 @@ fn grace_period(ctx: &Ctx<'_>, obj: &Value, options: &DeleteOptions) -> i64 {
 struct Retry;
 
 /// Removes the object from the store; `Err(Retry)` when it changed meanwhile.
-async fn delete_now_raw(ctx: &Ctx<'_>, obj: &Value, rv: i64) -> Result<Result<Bytes, ApiError>, Retry> {
+async fn delete_now_raw(
+    ctx: &Ctx<'_>,
+    obj: &Value,
+    rv: i64,
+) -> Result<Result<Bytes, ApiError>, Retry> {
     if ctx.dry_run() {
-        return Ok(serde_json::to_vec(obj).map(Bytes::from).map_err(ApiError::internal));
+        return Ok(serde_json::to_vec(obj)
+            .map(Bytes::from)
+            .map_err(ApiError::internal));
     }
     let key = ctx.key(objects::namespace(obj), objects::name(obj));
     match ctx.api.store.delete(&key, Some(rv)).await {
@@ -175,10 +233,16 @@ async fn delete_now_raw(ctx: &Ctx<'_>, obj: &Value, rv: i64) -> Result<Result<By
             if ctx.resource.group.is_empty() && ctx.resource.plural == "services" {
                 ctx.api.services.release(obj);
             }
-            Ok(Ok(objects::with_resource_version(&deleted.prev.value, deleted.revision)))
+            Ok(Ok(objects::with_resource_version(
+                &deleted.prev.value,
+                deleted.revision,
+            )))
         }
         Err(storage::Error::Conflict { .. }) => Err(Retry),
-        Err(storage::Error::NotFound { .. }) => Ok(Err(ApiError::not_found(&ctx.qualified(), objects::name(obj)))),
+        Err(storage::Error::NotFound { .. }) => Ok(Err(ApiError::not_found(
+            &ctx.qualified(),
+            objects::name(obj),
+        ))),
         Err(e) => Ok(Err(storage_error(e))),
     }
 }
@@ -186,29 +250,48 @@ async fn delete_now_raw(ctx: &Ctx<'_>, obj: &Value, rv: i64) -> Result<Result<By
 /// An update that leaves a deleted object with no finalizers and no grace period left removes it
 /// (upstream's `ShouldDeleteDuringUpdate`).
 pub fn should_delete_after_update(ctx: &Ctx<'_>, new: &Value) -> bool {
-    let Some(meta) = objects::meta(new) else { return false };
+    let Some(meta) = objects::meta(new) else {
+        return false;
+    };
     if !meta.contains_key("deletionTimestamp") || !objects::finalizers(new).is_empty() {
         return false;
     }
-    let grace = meta.get("deletionGracePeriodSeconds").and_then(Value::as_i64).unwrap_or(0);
+    let grace = meta
+        .get("deletionGracePeriodSeconds")
+        .and_then(Value::as_i64)
+        .unwrap_or(0);
     let ns_pending = ctx.resource.group.is_empty()
         && ctx.resource.plural == "namespaces"
-        && new.pointer("/spec/finalizers").and_then(Value::as_array).is_some_and(|f| !f.is_empty());
+        && new
+            .pointer("/spec/finalizers")
+            .and_then(Value::as_array)
+            .is_some_and(|f| !f.is_empty());
     grace == 0 && !ns_pending
 }
 
 pub async fn delete_now(ctx: &Ctx<'_>, obj: &Value, rv: i64) -> Result<Response<Body>, ApiError> {
     match delete_now_raw(ctx, obj, rv).await {
         Ok(result) => ctx.object_response(StatusCode::OK, result?),
-        Err(Retry) => Err(ApiError::conflict_modified(&ctx.qualified(), objects::name(obj))),
+        Err(Retry) => Err(ApiError::conflict_modified(
+            &ctx.qualified(),
+            objects::name(obj),
+        )),
     }
 }
 
 pub async fn delete_collection(ctx: &Ctx<'_>, body: Bytes) -> Result<Response<Body>, ApiError> {
     let options = delete_options(ctx, &body)?;
     let filter = super::list::filter_of(ctx)?;
-    let current = ctx.api.store.current_revision().await.map_err(storage_error)?;
-    ctx.api.caches.wait_for(current, super::list::CACHE_WAIT).await;
+    let current = ctx
+        .api
+        .store
+        .current_revision()
+        .await
+        .map_err(storage_error)?;
+    ctx.api
+        .caches
+        .wait_for(current, super::list::CACHE_WAIT)
+        .await;
     let targets = ctx.cache().list(&ctx.list_prefix(), &filter);
     let mut items = Vec::new();
     for obj in targets {
@@ -220,36 +303,67 @@ pub async fn delete_collection(ctx: &Ctx<'_>, body: Bytes) -> Result<Response<Bo
             Err(e) => return Err(e),
         }
     }
-    let revision = ctx.api.store.current_revision().await.map_err(storage_error)?;
+    let revision = ctx
+        .api
+        .store
+        .current_revision()
+        .await
+        .map_err(storage_error)?;
     Ok(response::bytes_response(
         StatusCode::OK,
         response::JSON,
-        super::list::list_json(&ctx.resource.kind, &ctx.resource.api_version(), revision, None, &items),
+        super::list::list_json(
+            &ctx.resource.kind,
+            &ctx.resource.api_version(),
+            revision,
+            None,
+            &items,
+        ),
     ))
 }
 
 /// `POST pods/<name>/binding`: sets `spec.nodeName` once (upstream `BindingREST`).
 pub async fn bind_pod(ctx: &Ctx<'_>, body: Bytes) -> Result<Response<Body>, ApiError> {
     let binding = decode::parse_body(ctx.headers, &body)?;
-    let node = binding.pointer("/target/name").and_then(Value::as_str).unwrap_or("").to_string();
+    let node = binding
+        .pointer("/target/name")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string();
     if node.is_empty() {
         let err = apimachinery::validation::field::FieldError::required(
             &apimachinery::validation::field::FieldPath::root("target").child("name"),
             "",
         );
-        return Err(ApiError::invalid(&apimachinery::status::Qualified::new("", "Binding"), ctx.name(), &[err]));
+        return Err(ApiError::invalid(
+            &apimachinery::status::Qualified::new("", "Binding"),
+            ctx.name(),
+            &[err],
+        ));
     }
     for _ in 0..MAX_RETRIES {
         let (mut pod, rv) = ctx.current(ctx.namespace(), ctx.name()).await?;
         if let Some(uid) = binding.pointer("/metadata/uid").and_then(Value::as_str) {
             if objects::meta_str(&pod, "uid") != Some(uid) {
-                return Err(ApiError::conflict(&ctx.qualified(), ctx.name(), "the UID in the binding does not match the pod"));
+                return Err(ApiError::conflict(
+                    &ctx.qualified(),
+                    ctx.name(),
+                    "the UID in the binding does not match the pod",
+                ));
             }
         }
         if objects::meta_str(&pod, "deletionTimestamp").is_some() {
-            return Err(ApiError::conflict(&ctx.qualified(), ctx.name(), "pod is being deleted, cannot be assigned to a host"));
+            return Err(ApiError::conflict(
+                &ctx.qualified(),
+                ctx.name(),
+                "pod is being deleted, cannot be assigned to a host",
+            ));
         }
-        if let Some(current) = pod.pointer("/spec/nodeName").and_then(Value::as_str).filter(|n| !n.is_empty()) {
+        if let Some(current) = pod
+            .pointer("/spec/nodeName")
+            .and_then(Value::as_str)
+            .filter(|n| !n.is_empty())
+        {
             return Err(ApiError::conflict(
                 &ctx.qualified(),
                 ctx.name(),
@@ -257,26 +371,52 @@ pub async fn bind_pod(ctx: &Ctx<'_>, body: Bytes) -> Result<Response<Body>, ApiE
             ));
         }
         pod["spec"]["nodeName"] = node.clone().into();
-        add_condition(&mut pod, json!({"type": "PodScheduled", "status": "True", "lastProbeTime": null, "lastTransitionTime": objects::now_rfc3339()}));
-        if let Some(annotations) = binding.pointer("/metadata/annotations").and_then(Value::as_object) {
+        add_condition(
+            &mut pod,
+            json!({"type": "PodScheduled", "status": "True", "lastProbeTime": null, "lastTransitionTime": objects::now_rfc3339()}),
+        );
+        if let Some(annotations) = binding
+            .pointer("/metadata/annotations")
+            .and_then(Value::as_object)
+        {
             for (k, v) in annotations {
                 pod["metadata"]["annotations"][k] = v.clone();
             }
         }
         let key = ctx.key(ctx.namespace(), ctx.name());
-        match ctx.api.store.update(&key, objects::encode_for_storage(&pod), Some(rv)).await {
-            Ok(_) => return Ok(response::json_response(StatusCode::CREATED, &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}))),
+        match ctx
+            .api
+            .store
+            .update(&key, objects::encode_for_storage(&pod), Some(rv))
+            .await
+        {
+            Ok(_) => {
+                return Ok(response::json_response(
+                    StatusCode::CREATED,
+                    &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
+                ))
+            }
             Err(storage::Error::Conflict { .. }) => continue,
             Err(e) => return Err(storage_error(e)),
         }
     }
-    Err(ApiError::conflict(&ctx.qualified(), ctx.name(), "too many concurrent updates; try again"))
+    Err(ApiError::conflict(
+        &ctx.qualified(),
+        ctx.name(),
+        "too many concurrent updates; try again",
+    ))
 }
 
 fn add_condition(pod: &mut Value, condition: Value) {
     let kind = condition["type"].clone();
-    let conditions = pod["status"]["conditions"].as_array().cloned().unwrap_or_default();
-    let mut conditions: Vec<Value> = conditions.into_iter().filter(|c| c["type"] != kind).collect();
+    let conditions = pod["status"]["conditions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let mut conditions: Vec<Value> = conditions
+        .into_iter()
+        .filter(|c| c["type"] != kind)
+        .collect();
     conditions.push(condition);
     pod["status"]["conditions"] = Value::Array(conditions);
 }
@@ -288,13 +428,33 @@ pub async fn evict_pod(ctx: &Ctx<'_>, body: Bytes) -> Result<Response<Body>, Api
     let (pod, _) = ctx.current(ctx.namespace(), ctx.name()).await?;
     let labels = objects::labels(&pod).cloned().unwrap_or_default();
     if let Some(pdbs) = ctx.api.caches.get("poddisruptionbudgets") {
-        let filter = crate::filter::Filter { namespace: Some(ctx.namespace().to_string()), ..Default::default() };
-        for pdb in pdbs.list(&format!("/poddisruptionbudgets/{}/", ctx.namespace()), &filter) {
-            let Ok(pdb) = serde_json::from_slice::<Value>(&pdb.json) else { continue };
-            let Some(selector) = pdb.pointer("/spec/selector") else { continue };
-            let Ok(sel) = apimachinery::labels::selector_from_label_selector(selector) else { continue };
-            if sel.matches(&labels) && pdb.pointer("/status/disruptionsAllowed").and_then(Value::as_i64).unwrap_or(0) < 1 {
-                let mut err = ApiError::forbidden("Cannot evict pod as it would violate the pod's disruption budget.");
+        let filter = crate::filter::Filter {
+            namespace: Some(ctx.namespace().to_string()),
+            ..Default::default()
+        };
+        for pdb in pdbs.list(
+            &format!("/poddisruptionbudgets/{}/", ctx.namespace()),
+            &filter,
+        ) {
+            let Ok(pdb) = serde_json::from_slice::<Value>(&pdb.json) else {
+                continue;
+            };
+            let Some(selector) = pdb.pointer("/spec/selector") else {
+                continue;
+            };
+            let Ok(sel) = apimachinery::labels::selector_from_label_selector(selector) else {
+                continue;
+            };
+            if sel.matches(&labels)
+                && pdb
+                    .pointer("/status/disruptionsAllowed")
+                    .and_then(Value::as_i64)
+                    .unwrap_or(0)
+                    < 1
+            {
+                let mut err = ApiError::forbidden(
+                    "Cannot evict pod as it would violate the pod's disruption budget.",
+                );
                 err.code = 429;
                 err.reason = "TooManyRequests";
                 return Err(err);
@@ -302,11 +462,19 @@ pub async fn evict_pod(ctx: &Ctx<'_>, body: Bytes) -> Result<Response<Body>, Api
         }
     }
     let options = DeleteOptions {
-        grace_period: eviction.pointer("/deleteOptions/gracePeriodSeconds").and_then(Value::as_i64),
+        grace_period: eviction
+            .pointer("/deleteOptions/gracePeriodSeconds")
+            .and_then(Value::as_i64),
         propagation: None,
-        precondition_uid: eviction.pointer("/deleteOptions/preconditions/uid").and_then(Value::as_str).map(str::to_string),
+        precondition_uid: eviction
+            .pointer("/deleteOptions/preconditions/uid")
+            .and_then(Value::as_str)
+            .map(str::to_string),
         precondition_rv: None,
     };
     delete_one(ctx, ctx.namespace(), ctx.name(), &options).await?;
-    Ok(response::json_response(StatusCode::CREATED, &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201})))
+    Ok(response::json_response(
+        StatusCode::CREATED,
+        &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
+    ))
 }

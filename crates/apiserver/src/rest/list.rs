@@ -22,7 +22,11 @@ use crate::response::{self, Body, Representation};
 pub const CACHE_WAIT: Duration = Duration::from_secs(3);
 
 pub fn filter_of(ctx: &Ctx<'_>) -> Result<Filter, ApiError> {
-    let namespace = if ctx.resource.namespaced { ctx.req.namespace.clone() } else { None };
+    let namespace = if ctx.resource.namespaced {
+        ctx.req.namespace.clone()
+    } else {
+        None
+    };
     Filter::new(
         &ctx.resource.group,
         &ctx.resource.plural,
@@ -36,9 +40,12 @@ pub fn filter_of(ctx: &Ctx<'_>) -> Result<Filter, ApiError> {
 pub async fn list(ctx: &Ctx<'_>) -> Result<Response<Body>, ApiError> {
     let filter = filter_of(ctx)?;
     let limit = match ctx.query.value("limit") {
-        Some(l) => Some(l.parse::<i64>().map_err(|_| ApiError::bad_request(format!("invalid limit {l:?}")))?)
-            .filter(|l| *l > 0)
-            .map(|l| l as usize),
+        Some(l) => Some(
+            l.parse::<i64>()
+                .map_err(|_| ApiError::bad_request(format!("invalid limit {l:?}")))?,
+        )
+        .filter(|l| *l > 0)
+        .map(|l| l as usize),
         None => None,
     };
     let rv = ctx.query.get("resourceVersion").unwrap_or("");
@@ -63,7 +70,8 @@ pub async fn list(ctx: &Ctx<'_>) -> Result<Response<Body>, ApiError> {
             "resourceVersionMatch is forbidden unless resourceVersion is provided",
         ));
     }
-    let paged = continue_token.is_some() || (limit.is_some() && rv != "0") || rv_match == Some("Exact");
+    let paged =
+        continue_token.is_some() || (limit.is_some() && rv != "0") || rv_match == Some("Exact");
     let (items, revision, next) = if paged {
         let at = match continue_token {
             Some(token) => Some(decode_continue(token)?),
@@ -74,7 +82,11 @@ pub async fn list(ctx: &Ctx<'_>) -> Result<Response<Body>, ApiError> {
         from_store(ctx, &filter, limit, at).await?
     } else {
         let target = if rv.is_empty() {
-            ctx.api.store.current_revision().await.map_err(storage_error)?
+            ctx.api
+                .store
+                .current_revision()
+                .await
+                .map_err(storage_error)?
         } else {
             rv_num
         };
@@ -83,7 +95,10 @@ pub async fn list(ctx: &Ctx<'_>) -> Result<Response<Body>, ApiError> {
                 // The cache is behind: read the store instead of failing.
                 return finish(ctx, from_store(ctx, &filter, None, None).await?);
             }
-            return Err(ApiError::too_large_resource_version(target, ctx.api.caches.revision()));
+            return Err(ApiError::too_large_resource_version(
+                target,
+                ctx.api.caches.revision(),
+            ));
         }
         let revision = ctx.api.caches.revision();
         let objects: Vec<Bytes> = ctx
@@ -104,11 +119,23 @@ fn finish(ctx: &Ctx<'_>, (items, revision, next): Page) -> Result<Response<Body>
         Representation::Object => Ok(response::bytes_response(
             StatusCode::OK,
             response::JSON,
-            list_json(&ctx.resource.kind, &ctx.resource.api_version(), revision, next.as_deref(), &items),
+            list_json(
+                &ctx.resource.kind,
+                &ctx.resource.api_version(),
+                revision,
+                next.as_deref(),
+                &items,
+            ),
         )),
         Representation::Table { include_object } => {
             let objs = decode_all(&items)?;
-            let t = table::table(&ctx.resource, &objs, include_object, &revision.to_string(), next.as_deref());
+            let t = table::table(
+                &ctx.resource,
+                &objs,
+                include_object,
+                &revision.to_string(),
+                next.as_deref(),
+            );
             Ok(response::json_response(StatusCode::OK, &t))
         }
         Representation::Metadata => {
@@ -134,7 +161,13 @@ fn decode_all(items: &[Bytes]) -> Result<Vec<Value>, ApiError> {
 }
 
 /// The list envelope around already-encoded items, without re-encoding them.
-pub fn list_json(kind: &str, api_version: &str, revision: i64, next: Option<&str>, items: &[Bytes]) -> Bytes {
+pub fn list_json(
+    kind: &str,
+    api_version: &str,
+    revision: i64,
+    next: Option<&str>,
+    items: &[Bytes],
+) -> Bytes {
     let size: usize = items.iter().map(|i| i.len() + 1).sum();
     let mut b = BytesMut::with_capacity(size + 200);
     b.put_slice(b"{\"kind\":\"");
@@ -168,7 +201,10 @@ async fn from_store(
 ) -> Result<Page, ApiError> {
     let prefix = ctx.list_prefix();
     let (mut at_revision, mut after) = match at {
-        Some((rv, start)) => (Some(rv).filter(|r| *r > 0), (!start.is_empty()).then(|| format!("{prefix}{start}"))),
+        Some((rv, start)) => (
+            Some(rv).filter(|r| *r > 0),
+            (!start.is_empty()).then(|| format!("{prefix}{start}")),
+        ),
         None => (None, None),
     };
     let continuing = after.is_some();
@@ -196,8 +232,14 @@ async fn from_store(
         for kv in &page.items {
             let json = objects::with_resource_version(&kv.value, kv.mod_revision);
             if !filter.is_everything() {
-                let Ok(value) = serde_json::from_slice::<Value>(&json) else { continue };
-                if !filter.matches(&Attrs::of(&ctx.resource.group, &ctx.resource.plural, &value)) {
+                let Ok(value) = serde_json::from_slice::<Value>(&json) else {
+                    continue;
+                };
+                if !filter.matches(&Attrs::of(
+                    &ctx.resource.group,
+                    &ctx.resource.plural,
+                    &value,
+                )) {
                     continue;
                 }
             }
@@ -207,7 +249,9 @@ async fn from_store(
         if !page.more || full {
             let revision = page.revision;
             let next = if page.more {
-                after.as_deref().map(|k| encode_continue(revision, k.strip_prefix(&prefix).unwrap_or(k)))
+                after
+                    .as_deref()
+                    .map(|k| encode_continue(revision, k.strip_prefix(&prefix).unwrap_or(k)))
             } else {
                 None
             };
@@ -224,7 +268,9 @@ fn encode_continue(revision: i64, last_key: &str) -> String {
 }
 
 fn decode_continue(token: &str) -> Result<(i64, String), ApiError> {
-    let bad = || ApiError::bad_request("continue key is not valid: incorrect encoded start resourceVersion (version meta.k8s.io/v1)");
+    let bad = || {
+        ApiError::bad_request("continue key is not valid: incorrect encoded start resourceVersion (version meta.k8s.io/v1)")
+    };
     let raw = base64::engine::general_purpose::URL_SAFE_NO_PAD
         .decode(token.trim_end_matches('='))
         .map_err(|_| bad())?;
@@ -247,14 +293,21 @@ mod tests {
     #[test]
     fn continue_tokens_round_trip() {
         let t = encode_continue(42, "default/web-3");
-        assert_eq!(decode_continue(&t).unwrap(), (42, "default/web-3".to_string()));
+        assert_eq!(
+            decode_continue(&t).unwrap(),
+            (42, "default/web-3".to_string())
+        );
         assert_eq!(decode_continue("garbage!").unwrap_err().code, 400);
     }
 
     #[test]
     fn list_envelope_is_valid_json() {
-        let items = vec![Bytes::from_static(b"{\"a\":1}"), Bytes::from_static(b"{\"b\":2}")];
-        let v: Value = serde_json::from_slice(&list_json("ConfigMap", "v1", 7, Some("tok"), &items)).unwrap();
+        let items = vec![
+            Bytes::from_static(b"{\"a\":1}"),
+            Bytes::from_static(b"{\"b\":2}"),
+        ];
+        let v: Value =
+            serde_json::from_slice(&list_json("ConfigMap", "v1", 7, Some("tok"), &items)).unwrap();
         assert_eq!(v["kind"], "ConfigMapList");
         assert_eq!(v["metadata"]["resourceVersion"], "7");
         assert_eq!(v["metadata"]["continue"], "tok");

@@ -70,9 +70,11 @@ impl Ctx<'_> {
     }
 
     pub fn cache(&self) -> Arc<WatchCache> {
-        self.api
-            .caches
-            .ensure(&self.resource.storage, &self.resource.group, &self.resource.plural)
+        self.api.caches.ensure(
+            &self.resource.storage,
+            &self.resource.group,
+            &self.resource.plural,
+        )
     }
 
     pub fn representation(&self) -> Result<Representation, ApiError> {
@@ -93,24 +95,34 @@ impl Ctx<'_> {
             .await
             .map_err(storage_error)?
             .ok_or_else(|| ApiError::not_found(&self.qualified(), name))?;
-        let obj = objects::decode_stored(&kv.value, kv.mod_revision)
-            .map_err(|e| ApiError::internal(format!("stored object {key} is not valid JSON: {e}")))?;
+        let obj = objects::decode_stored(&kv.value, kv.mod_revision).map_err(|e| {
+            ApiError::internal(format!("stored object {key} is not valid JSON: {e}"))
+        })?;
         Ok((obj, kv.mod_revision))
     }
 
     /// Serves one object in the negotiated representation.
-    pub fn object_response(&self, code: StatusCode, json: Bytes) -> Result<Response<Body>, ApiError> {
+    pub fn object_response(
+        &self,
+        code: StatusCode,
+        json: Bytes,
+    ) -> Result<Response<Body>, ApiError> {
         match self.representation()? {
             Representation::Object => Ok(response::bytes_response(code, response::JSON, json)),
             Representation::Table { include_object } => {
                 let obj: Value = serde_json::from_slice(&json).map_err(ApiError::internal)?;
-                let rv = objects::meta_str(&obj, "resourceVersion").unwrap_or("").to_string();
+                let rv = objects::meta_str(&obj, "resourceVersion")
+                    .unwrap_or("")
+                    .to_string();
                 let t = table::table(&self.resource, &[obj], include_object, &rv, None);
                 Ok(response::json_response(code, &t))
             }
             Representation::Metadata => {
                 let obj: Value = serde_json::from_slice(&json).map_err(ApiError::internal)?;
-                Ok(response::json_response(code, &table::partial_metadata(&obj)))
+                Ok(response::json_response(
+                    code,
+                    &table::partial_metadata(&obj),
+                ))
             }
         }
     }
@@ -119,9 +131,10 @@ impl Ctx<'_> {
 /// Maps storage errors to API errors where no better context exists.
 pub fn storage_error(e: storage::Error) -> ApiError {
     match e {
-        storage::Error::Compacted { requested, compacted } => {
-            ApiError::resource_version_too_old(requested, compacted)
-        }
+        storage::Error::Compacted {
+            requested,
+            compacted,
+        } => ApiError::resource_version_too_old(requested, compacted),
         storage::Error::FutureRevision { requested, current } => {
             ApiError::too_large_resource_version(requested, current)
         }
@@ -196,7 +209,10 @@ pub async fn handle(
         (Verb::Delete, None) => delete::delete(&ctx, body).await,
         (Verb::DeleteCollection, None) => delete::delete_collection(&ctx, body).await,
         (verb, Some(sub)) => Err(ApiError::method_not_supported(
-            &Qualified::new(&ctx.resource.group, &format!("{}/{sub}", ctx.resource.plural)),
+            &Qualified::new(
+                &ctx.resource.group,
+                &format!("{}/{sub}", ctx.resource.plural),
+            ),
             verb.as_str(),
         )),
     }

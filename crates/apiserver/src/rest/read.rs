@@ -33,7 +33,10 @@ pub async fn get_subresource(ctx: &Ctx<'_>, sub: &str) -> Result<Response<Body>,
             let json = serde_json::to_vec(&obj).map_err(ApiError::internal)?;
             ctx.object_response(StatusCode::OK, json.into())
         }
-        other => Err(ApiError::method_not_supported(&ctx.qualified(), &format!("get {other}"))),
+        other => Err(ApiError::method_not_supported(
+            &ctx.qualified(),
+            &format!("get {other}"),
+        )),
     }
 }
 
@@ -41,14 +44,22 @@ pub async fn get_subresource(ctx: &Ctx<'_>, sub: &str) -> Result<Response<Body>,
 pub fn scale_of(obj: &Value) -> Result<Value, ApiError> {
     let meta = objects::meta(obj).cloned().unwrap_or_default();
     let mut scale_meta = serde_json::Map::new();
-    for field in ["name", "namespace", "uid", "resourceVersion", "creationTimestamp"] {
+    for field in [
+        "name",
+        "namespace",
+        "uid",
+        "resourceVersion",
+        "creationTimestamp",
+    ] {
         if let Some(v) = meta.get(field) {
             scale_meta.insert(field.into(), v.clone());
         }
     }
     let selector = match obj.pointer("/spec/selector") {
         // ReplicationController: a plain map.
-        Some(Value::Object(m)) if !m.contains_key("matchLabels") && !m.contains_key("matchExpressions") => {
+        Some(Value::Object(m))
+            if !m.contains_key("matchLabels") && !m.contains_key("matchExpressions") =>
+        {
             let set = m.clone();
             apimachinery::labels::selector_from_set(&set).to_string()
         }

@@ -22,7 +22,12 @@ const SERVER_OWNED_META: &[&str] = &[
 /// Resets what a client may not set on create.
 pub fn prepare_for_create(resource: &Resource, obj: &mut Value) {
     let meta = objects::meta_mut(obj);
-    for field in ["deletionTimestamp", "deletionGracePeriodSeconds", "selfLink", "resourceVersion"] {
+    for field in [
+        "deletionTimestamp",
+        "deletionGracePeriodSeconds",
+        "selfLink",
+        "resourceVersion",
+    ] {
         meta.remove(field);
     }
     if resource.generation {
@@ -33,7 +38,9 @@ pub fn prepare_for_create(resource: &Resource, obj: &mut Value) {
     let status = match (resource.group.as_str(), resource.plural.as_str()) {
         ("", "pods") => Some(json!({"phase": "Pending", "qosClass": qos_class(obj)})),
         ("", "namespaces") => Some(json!({"phase": "Active"})),
-        ("", "persistentvolumeclaims") | ("", "persistentvolumes") => Some(json!({"phase": "Pending"})),
+        ("", "persistentvolumeclaims") | ("", "persistentvolumes") => {
+            Some(json!({"phase": "Pending"}))
+        }
         // Nodes are registered with their status by the kubelet; custom resources keep theirs too.
         ("", "nodes") => None,
         _ if resource.has_subresource("status") => Some(Value::Null),
@@ -56,6 +63,45 @@ pub fn prepare_for_update(resource: &Resource, new: &mut Value, old: &Value) {
         set_top(new, "status", old.get("status").cloned());
     }
     bump_generation(resource, new, old);
+    if resource.group.is_empty() && resource.plural == "services" {
+        keep_service_allocations(new, old);
+    }
+}
+
+/// An update that leaves out a Service's allocated address or node ports keeps them (upstream's
+/// service REST does the same before validating that they did not change).
+fn keep_service_allocations(new: &mut Value, old: &Value) {
+    for field in ["clusterIP", "clusterIPs", "ipFamilies", "ipFamilyPolicy"] {
+        let missing = new
+            .pointer(&format!("/spec/{field}"))
+            .is_none_or(|v| v.is_null() || v == "");
+        if missing {
+            if let Some(v) = old.pointer(&format!("/spec/{field}")) {
+                new["spec"][field] = v.clone();
+            }
+        }
+    }
+    let old_ports = old
+        .pointer("/spec/ports")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    if let Some(ports) = new.pointer_mut("/spec/ports").and_then(Value::as_array_mut) {
+        for port in ports {
+            if port
+                .get("nodePort")
+                .is_some_and(|p| p.as_u64().unwrap_or(0) != 0)
+            {
+                continue;
+            }
+            let same = old_ports.iter().find(|o| {
+                o.get("port") == port.get("port") && o.get("protocol") == port.get("protocol")
+            });
+            if let Some(node_port) = same.and_then(|o| o.get("nodePort")) {
+                port["nodePort"] = node_port.clone();
+            }
+        }
+    }
 }
 
 /// A `status` update: everything but the status comes from the stored object.
@@ -94,7 +140,9 @@ fn spec_part(obj: &Value) -> Map<String, Value> {
     obj.as_object()
         .map(|m| {
             m.iter()
-                .filter(|(k, _)| !matches!(k.as_str(), "metadata" | "status" | "apiVersion" | "kind"))
+                .filter(|(k, _)| {
+                    !matches!(k.as_str(), "metadata" | "status" | "apiVersion" | "kind")
+                })
                 .map(|(k, v)| (k.clone(), v.clone()))
                 .collect()
         })
@@ -105,9 +153,16 @@ fn bump_generation(resource: &Resource, new: &mut Value, old: &Value) {
     if !resource.generation {
         return;
     }
-    let old_gen = objects::meta(old).and_then(|m| m.get("generation")).and_then(Value::as_i64).unwrap_or(1);
+    let old_gen = objects::meta(old)
+        .and_then(|m| m.get("generation"))
+        .and_then(Value::as_i64)
+        .unwrap_or(1);
     let changed = spec_part(new) != spec_part(old);
-    objects::set_meta(new, "generation", if changed { old_gen + 1 } else { old_gen });
+    objects::set_meta(
+        new,
+        "generation",
+        if changed { old_gen + 1 } else { old_gen },
+    );
 }
 
 /// Upstream's `qos.GetPodQOS`: Guaranteed when every container has equal, non-zero cpu and memory
@@ -115,7 +170,10 @@ fn bump_generation(resource: &Resource, new: &mut Value, old: &Value) {
 pub fn qos_class(pod: &Value) -> &'static str {
     let mut containers: Vec<&Value> = Vec::new();
     for list in ["containers", "initContainers"] {
-        if let Some(cs) = pod.pointer(&format!("/spec/{list}")).and_then(Value::as_array) {
+        if let Some(cs) = pod
+            .pointer(&format!("/spec/{list}"))
+            .and_then(Value::as_array)
+        {
             containers.extend(cs);
         }
     }
@@ -125,7 +183,9 @@ pub fn qos_class(pod: &Value) -> &'static str {
         let requests = c.pointer("/resources/requests").and_then(Value::as_object);
         let limits = c.pointer("/resources/limits").and_then(Value::as_object);
         let nonzero = |m: Option<&Map<String, Value>>, r: &str| {
-            m.and_then(|m| m.get(r)).and_then(Value::as_str).is_some_and(|q| !is_zero_quantity(q))
+            m.and_then(|m| m.get(r))
+                .and_then(Value::as_str)
+                .is_some_and(|q| !is_zero_quantity(q))
         };
         for r in ["cpu", "memory"] {
             if nonzero(requests, r) || nonzero(limits, r) {
@@ -149,7 +209,10 @@ pub fn qos_class(pod: &Value) -> &'static str {
 }
 
 fn is_zero_quantity(q: &str) -> bool {
-    let digits: String = q.chars().take_while(|c| c.is_ascii_digit() || *c == '.').collect();
+    let digits: String = q
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || *c == '.')
+        .collect();
     digits.parse::<f64>().map(|n| n == 0.0).unwrap_or(false)
 }
 
@@ -171,7 +234,10 @@ mod tests {
         prepare_for_update(&deploy, &mut same, &old);
         assert_eq!(same["metadata"]["generation"], 1);
         assert_eq!(same["metadata"]["uid"], "u1");
-        assert_eq!(same["status"]["replicas"], 1, "status ignored on the main resource");
+        assert_eq!(
+            same["status"]["replicas"], 1,
+            "status ignored on the main resource"
+        );
         let mut scaled = json!({"metadata": {"name": "web"}, "spec": {"replicas": 3}});
         prepare_for_update(&deploy, &mut scaled, &old);
         assert_eq!(scaled["metadata"]["generation"], 2);
@@ -187,7 +253,8 @@ mod tests {
         assert_eq!(qos_class(&besteffort), "BestEffort");
         let guaranteed = json!({"spec": {"containers": [{"resources": {"limits": {"cpu": "1", "memory": "1Gi"}}}]}});
         assert_eq!(qos_class(&guaranteed), "Guaranteed");
-        let burstable = json!({"spec": {"containers": [{"resources": {"requests": {"cpu": "100m"}}}]}});
+        let burstable =
+            json!({"spec": {"containers": [{"resources": {"requests": {"cpu": "100m"}}}]}});
         assert_eq!(qos_class(&burstable), "Burstable");
     }
 }

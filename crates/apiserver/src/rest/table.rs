@@ -35,7 +35,9 @@ pub fn table(
         .map(|obj| {
             let cells = apimachinery::printers::cells(&resource.group, &resource.plural, obj, now);
             let mut row = json!({"cells": cells});
-            if let Some(conditions) = apimachinery::printers::row_conditions(&resource.group, &resource.plural, obj) {
+            if let Some(conditions) =
+                apimachinery::printers::row_conditions(&resource.group, &resource.plural, obj)
+            {
                 row["conditions"] = conditions;
             }
             match include {

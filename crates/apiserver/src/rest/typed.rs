@@ -7,9 +7,9 @@ use apimachinery::status::ApiError;
 use k8s_openapi::api::{
     admissionregistration::v1 as admission, apps::v1 as apps, autoscaling::v1 as autoscaling_v1,
     autoscaling::v2 as autoscaling_v2, batch::v1 as batch, certificates::v1 as certificates,
-    coordination::v1 as coordination, core::v1 as core, discovery::v1 as discovery, events::v1 as events,
-    networking::v1 as networking, node::v1 as node, policy::v1 as policy, rbac::v1 as rbac,
-    scheduling::v1 as scheduling, storage::v1 as storage_api,
+    coordination::v1 as coordination, core::v1 as core, discovery::v1 as discovery,
+    events::v1 as events, networking::v1 as networking, node::v1 as node, policy::v1 as policy,
+    rbac::v1 as rbac, scheduling::v1 as scheduling, storage::v1 as storage_api,
 };
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiextensions;
 use serde_json::Value;
@@ -22,9 +22,15 @@ pub struct Decoded {
     pub unknown: Vec<String>,
 }
 
-fn roundtrip<T: serde::de::DeserializeOwned + serde::Serialize>(obj: &Value, kind: &str, version: &str) -> Result<Decoded, ApiError> {
+fn roundtrip<T: serde::de::DeserializeOwned + serde::Serialize>(
+    obj: &Value,
+    kind: &str,
+    version: &str,
+) -> Result<Decoded, ApiError> {
     let typed: T = serde_json::from_value(obj.clone()).map_err(|e| {
-        ApiError::bad_request(format!("{kind} in version {version:?} cannot be handled as a {kind}: {e}"))
+        ApiError::bad_request(format!(
+            "{kind} in version {version:?} cannot be handled as a {kind}: {e}"
+        ))
     })?;
     let value = serde_json::to_value(&typed).map_err(ApiError::internal)?;
     let mut unknown = Vec::new();
@@ -37,7 +43,11 @@ fn diff(input: &Value, typed: &Value, path: &str, out: &mut Vec<String>) {
     match (input, typed) {
         (Value::Object(a), Value::Object(b)) => {
             for (k, v) in a {
-                let p = if path.is_empty() { k.clone() } else { format!("{path}.{k}") };
+                let p = if path.is_empty() {
+                    k.clone()
+                } else {
+                    format!("{path}.{k}")
+                };
                 match b.get(k) {
                     Some(tv) => diff(v, tv, &p, out),
                     None if !v.is_null() => out.push(p),
@@ -64,7 +74,12 @@ macro_rules! dispatch {
 }
 
 /// Decodes a built-in kind; `None` for kinds without a typed form (custom resources).
-pub fn decode(group: &str, version: &str, kind: &str, obj: &Value) -> Option<Result<Decoded, ApiError>> {
+pub fn decode(
+    group: &str,
+    version: &str,
+    kind: &str,
+    obj: &Value,
+) -> Option<Result<Decoded, ApiError>> {
     dispatch!(group, version, kind, obj;
         "" "v1" "Binding" => core::Binding,
         "" "v1" "ConfigMap" => core::ConfigMap,
@@ -139,9 +154,16 @@ pub fn check_fields(
         return Ok(Vec::new());
     };
     let decoded = decoded?;
-    let messages: Vec<String> = decoded.unknown.iter().map(|p| format!("unknown field {p:?}")).collect();
+    let messages: Vec<String> = decoded
+        .unknown
+        .iter()
+        .map(|p| format!("unknown field {p:?}"))
+        .collect();
     if mode == "Strict" && !messages.is_empty() {
-        return Err(ApiError::bad_request(format!("strict decoding error: {}", messages.join(", "))));
+        return Err(ApiError::bad_request(format!(
+            "strict decoding error: {}",
+            messages.join(", ")
+        )));
     }
     *obj = decoded.value;
     Ok(if mode == "Warn" { messages } else { Vec::new() })
@@ -157,14 +179,26 @@ mod tests {
         let mut cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "bogus": 1}, "data": {"k": "v"}, "extra": true});
         let err = check_fields("", "v1", "ConfigMap", &mut cm.clone(), Some("Strict")).unwrap_err();
         assert_eq!(err.code, 400);
-        assert_eq!(err.message, "strict decoding error: unknown field \"metadata.bogus\", unknown field \"extra\"");
+        assert_eq!(
+            err.message,
+            "strict decoding error: unknown field \"metadata.bogus\", unknown field \"extra\""
+        );
         let warnings = check_fields("", "v1", "ConfigMap", &mut cm, None).unwrap();
         assert_eq!(warnings.len(), 2);
         assert!(cm.get("extra").is_none());
         assert_eq!(cm["data"]["k"], "v");
         let mut bad = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"}, "spec": {"replicas": "three"}});
-        assert_eq!(check_fields("apps", "v1", "Deployment", &mut bad, None).unwrap_err().code, 400);
+        assert_eq!(
+            check_fields("apps", "v1", "Deployment", &mut bad, None)
+                .unwrap_err()
+                .code,
+            400
+        );
         let mut custom = json!({"anything": 1});
-        assert!(check_fields("example.com", "v1", "Widget", &mut custom, Some("Strict")).unwrap().is_empty());
+        assert!(
+            check_fields("example.com", "v1", "Widget", &mut custom, Some("Strict"))
+                .unwrap()
+                .is_empty()
+        );
     }
 }

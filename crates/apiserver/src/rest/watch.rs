@@ -28,7 +28,8 @@ pub async fn watch(ctx: &Ctx<'_>) -> Result<Response<Body>, ApiError> {
     let mut filter = filter_of(ctx)?;
     if let Some(name) = &ctx.req.name {
         // `/watch/<resource>/<name>`: only that object.
-        let by_name = apimachinery::fields::parse(&format!("metadata.name={name}")).map_err(ApiError::bad_request)?;
+        let by_name = apimachinery::fields::parse(&format!("metadata.name={name}"))
+            .map_err(ApiError::bad_request)?;
         filter.fields = Some(by_name);
     }
     let repr = ctx.representation()?;
@@ -42,15 +43,29 @@ pub async fn watch(ctx: &Ctx<'_>) -> Result<Response<Body>, ApiError> {
         ));
     }
     let timeout = match ctx.query.value("timeoutSeconds") {
-        Some(t) => Duration::from_secs(t.parse::<u64>().map_err(|_| ApiError::bad_request(format!("invalid timeoutSeconds {t:?}")))?),
+        Some(t) => Duration::from_secs(
+            t.parse::<u64>()
+                .map_err(|_| ApiError::bad_request(format!("invalid timeoutSeconds {t:?}")))?,
+        ),
         // Upstream spreads watch lifetimes over [min-request-timeout, 2x] so clients do not re-watch at once.
         None => Duration::from_secs(rand::rng().random_range(1800..3600)),
     };
 
     let caches = &ctx.api.caches;
-    let target = if rv.is_empty() { ctx.api.store.current_revision().await.map_err(storage_error)? } else { rv_num };
+    let target = if rv.is_empty() {
+        ctx.api
+            .store
+            .current_revision()
+            .await
+            .map_err(storage_error)?
+    } else {
+        rv_num
+    };
     if !caches.wait_for(target, CACHE_WAIT).await {
-        return Err(ApiError::too_large_resource_version(target, caches.revision()));
+        return Err(ApiError::too_large_resource_version(
+            target,
+            caches.revision(),
+        ));
     }
     let initial_state = match send_initial {
         Some(v) => v,
@@ -65,17 +80,21 @@ pub async fn watch(ctx: &Ctx<'_>) -> Result<Response<Body>, ApiError> {
     };
     if let WatchStart::After(after) = start {
         if after < caches.compacted() {
-            return Ok(error_stream(ApiError::resource_version_too_old(after, caches.compacted())));
+            return Ok(error_stream(ApiError::resource_version_too_old(
+                after,
+                caches.compacted(),
+            )));
         }
     }
     let cache = ctx.cache();
-    let (initial, live, start_rv, from_store) = match cache.subscribe(filter.clone(), start, caches.revision()) {
-        Ok(sub) => (sub.initial, sub.live, sub.start_rv, false),
-        Err(SubscribeError::TooOld) => match store_watch(ctx, &filter, rv_num).await {
-            Ok(live) => (Vec::new(), live, rv_num, true),
-            Err(status) => return Ok(error_stream(status)),
-        },
-    };
+    let (initial, live, start_rv, from_store) =
+        match cache.subscribe(filter.clone(), start, caches.revision()) {
+            Ok(sub) => (sub.initial, sub.live, sub.start_rv, false),
+            Err(SubscribeError::TooOld) => match store_watch(ctx, &filter, rv_num).await {
+                Ok(live) => (Vec::new(), live, rv_num, true),
+                Err(status) => return Ok(error_stream(status)),
+            },
+        };
     let (out, body) = mpsc::channel::<Bytes>(OUT_BUFFER);
     let stream = WatchStream {
         encoder: Encoder {
@@ -94,7 +113,10 @@ pub async fn watch(ctx: &Ctx<'_>) -> Result<Response<Body>, ApiError> {
     tokio::spawn(stream.run(initial, live, start_rv, out));
     let mut resp = Response::new(response::streaming(body));
     *resp.status_mut() = StatusCode::OK;
-    resp.headers_mut().insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/json"));
+    resp.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
     Ok(resp)
 }
 
@@ -104,7 +126,12 @@ async fn store_watch(
     filter: &crate::filter::Filter,
     after: i64,
 ) -> Result<mpsc::Receiver<(Arc<CacheEvent>, EventType)>, ApiError> {
-    let mut events = ctx.api.store.watch(&ctx.list_prefix(), after).await.map_err(storage_error)?;
+    let mut events = ctx
+        .api
+        .store
+        .watch(&ctx.list_prefix(), after)
+        .await
+        .map_err(storage_error)?;
     let (tx, rx) = mpsc::channel(1024);
     let cache = ctx.cache();
     let filter = filter.clone();
@@ -114,7 +141,9 @@ async fn store_watch(
                 // Compacted or closed: end the stream; the client re-lists.
                 return;
             };
-            let Some(e) = CacheEvent::from_store(&cache, &event) else { continue };
+            let Some(e) = CacheEvent::from_store(&cache, &event) else {
+                continue;
+            };
             if let Some(t) = e.type_for(&filter) {
                 if tx.send((Arc::new(e), t)).await.is_err() {
                     return;
@@ -179,7 +208,9 @@ impl WatchStream {
             metadata["annotations"] = json!({"k8s.io/initial-events-end": "true"});
         }
         let object = match self.encoder.repr {
-            Representation::Table { .. } => json!({"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": metadata, "columnDefinitions": [], "rows": []}),
+            Representation::Table { .. } => {
+                json!({"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": metadata, "columnDefinitions": [], "rows": []})
+            }
             _ => json!({"kind": self.kind, "apiVersion": self.api_version, "metadata": metadata}),
         };
         frame_of("BOOKMARK", &object)

@@ -17,12 +17,22 @@ const MAX_RETRIES: usize = 20;
 
 pub async fn create(ctx: &Ctx<'_>, body: Bytes) -> Result<Response<Body>, ApiError> {
     if ctx.req.name.is_some() {
-        return Err(ApiError::method_not_supported(&ctx.qualified(), "create with a name in the URL"));
+        return Err(ApiError::method_not_supported(
+            &ctx.qualified(),
+            "create with a name in the URL",
+        ));
     }
     let mut obj = decode::parse_body(ctx.headers, &body)?;
-    decode::check_type(&ctx.resource, &ctx.resource.api_version(), &ctx.resource.kind, &mut obj)?;
+    decode::check_type(
+        &ctx.resource,
+        &ctx.resource.api_version(),
+        &ctx.resource.kind,
+        &mut obj,
+    )?;
     if objects::meta_str(&obj, "resourceVersion").is_some_and(|rv| !rv.is_empty()) {
-        return Err(ApiError::bad_request("resourceVersion should not be set on objects to be created"));
+        return Err(ApiError::bad_request(
+            "resourceVersion should not be set on objects to be created",
+        ));
     }
     let warnings = typed::check_fields(
         &ctx.resource.group,
@@ -62,7 +72,9 @@ fn prepare_identity(ctx: &Ctx<'_>, obj: &mut Value) -> Result<(), ApiError> {
         objects::remove_meta(obj, "namespace");
     }
     if objects::name(obj).is_empty() {
-        let prefix = objects::meta_str(obj, "generateName").unwrap_or("").to_string();
+        let prefix = objects::meta_str(obj, "generateName")
+            .unwrap_or("")
+            .to_string();
         if !prefix.is_empty() {
             objects::set_meta(obj, "name", objects::generate_name(&prefix));
         }
@@ -100,10 +112,17 @@ pub async fn create_object(ctx: &Ctx<'_>, mut obj: Value) -> Result<Bytes, ApiEr
         ctx.api.services.allocate(&ctx.api.caches, &mut obj)?;
     }
     if ctx.dry_run() {
-        return serde_json::to_vec(&obj).map(Bytes::from).map_err(ApiError::internal);
+        return serde_json::to_vec(&obj)
+            .map(Bytes::from)
+            .map_err(ApiError::internal);
     }
     let key = ctx.key(objects::namespace(&obj), &name);
-    match ctx.api.store.create(&key, objects::encode_for_storage(&obj)).await {
+    match ctx
+        .api
+        .store
+        .create(&key, objects::encode_for_storage(&obj))
+        .await
+    {
         Ok(kv) => Ok(objects::with_resource_version(&kv.value, kv.mod_revision)),
         Err(storage::Error::AlreadyExists { .. }) => {
             if (group.as_str(), kind.as_str()) == ("", "Service") {
@@ -129,13 +148,16 @@ async fn admit_namespace(ctx: &Ctx<'_>, namespace: &str) -> Result<(), ApiError>
             .and_then(|kv| serde_json::from_slice::<Value>(&kv.value).ok()),
     };
     let Some(ns) = ns else {
-        return Err(ApiError::not_found(&apimachinery::status::Qualified::new("", "namespaces"), namespace));
+        return Err(ApiError::not_found(
+            &apimachinery::status::Qualified::new("", "namespaces"),
+            namespace,
+        ));
     };
     if objects::meta_str(&ns, "deletionTimestamp").is_some() {
         let mut err = ApiError::forbidden(format!(
             "unable to create new content in namespace {namespace} because it is being terminated"
         ));
-        err.details = Some(apimachinery::status::Details {
+        err.details = Some(Box::new(apimachinery::status::Details {
             name: namespace.to_string(),
             kind: "namespaces".into(),
             causes: vec![apimachinery::status::Cause {
@@ -144,31 +166,50 @@ async fn admit_namespace(ctx: &Ctx<'_>, namespace: &str) -> Result<(), ApiError>
                 field: "metadata.namespace".into(),
             }],
             ..Default::default()
-        });
+        }));
         return Err(err);
     }
     Ok(())
 }
 
 /// POST to a subresource: `pods/<name>/binding`, `pods/<name>/eviction`.
-pub async fn create_subresource(ctx: &Ctx<'_>, sub: &str, body: Bytes) -> Result<Response<Body>, ApiError> {
+pub async fn create_subresource(
+    ctx: &Ctx<'_>,
+    sub: &str,
+    body: Bytes,
+) -> Result<Response<Body>, ApiError> {
     match (ctx.resource.plural.as_str(), sub) {
         ("pods", "binding") => super::delete::bind_pod(ctx, body).await,
         ("pods", "eviction") => super::delete::evict_pod(ctx, body).await,
-        _ => Err(ApiError::method_not_supported(&ctx.qualified(), &format!("create {sub}"))),
+        _ => Err(ApiError::method_not_supported(
+            &ctx.qualified(),
+            &format!("create {sub}"),
+        )),
     }
 }
 
 /// PUT: the whole object, its status, or its scale.
-pub async fn update(ctx: &Ctx<'_>, sub: Option<&str>, body: Bytes) -> Result<Response<Body>, ApiError> {
+pub async fn update(
+    ctx: &Ctx<'_>,
+    sub: Option<&str>,
+    body: Bytes,
+) -> Result<Response<Body>, ApiError> {
     let mut obj = decode::parse_body(ctx.headers, &body)?;
     let (expected_version, expected_kind) = match sub {
         Some("scale") => ("autoscaling/v1".to_string(), "Scale".to_string()),
         _ => (ctx.resource.api_version(), ctx.resource.kind.clone()),
     };
     decode::check_type(&ctx.resource, &expected_version, &expected_kind, &mut obj)?;
-    let (g, v) = expected_version.split_once('/').unwrap_or(("", expected_version.as_str()));
-    let warnings = typed::check_fields(g, v, &expected_kind, &mut obj, ctx.query.get("fieldValidation"))?;
+    let (g, v) = expected_version
+        .split_once('/')
+        .unwrap_or(("", expected_version.as_str()));
+    let warnings = typed::check_fields(
+        g,
+        v,
+        &expected_kind,
+        &mut obj,
+        ctx.query.get("fieldValidation"),
+    )?;
     let body_name = objects::name(&obj);
     if !body_name.is_empty() && body_name != ctx.name() {
         return Err(ApiError::bad_request(format!(
@@ -176,7 +217,9 @@ pub async fn update(ctx: &Ctx<'_>, sub: Option<&str>, body: Bytes) -> Result<Res
             ctx.name()
         )));
     }
-    let precondition = objects::meta_str(&obj, "resourceVersion").filter(|s| !s.is_empty()).map(str::to_string);
+    let precondition = objects::meta_str(&obj, "resourceVersion")
+        .filter(|s| !s.is_empty())
+        .map(str::to_string);
     let precondition = precondition
         .map(|rv| objects::parse_resource_version(&rv).map_err(ApiError::bad_request))
         .transpose()?;
@@ -187,27 +230,51 @@ pub async fn update(ctx: &Ctx<'_>, sub: Option<&str>, body: Bytes) -> Result<Res
 
 /// PATCH: JSON patch, merge patch or strategic merge patch, applied to the current object (re-applied
 /// on a conflict with a concurrent writer).
-pub async fn patch(ctx: &Ctx<'_>, sub: Option<&str>, body: Bytes) -> Result<Response<Body>, ApiError> {
+pub async fn patch(
+    ctx: &Ctx<'_>,
+    sub: Option<&str>,
+    body: Bytes,
+) -> Result<Response<Body>, ApiError> {
     if body.len() > decode::MAX_BODY {
-        return Err(ApiError::request_entity_too_large("the patch is over 3 MiB"));
+        return Err(ApiError::request_entity_too_large(
+            "the patch is over 3 MiB",
+        ));
     }
     let patch_type = decode::patch_type(ctx.headers);
     let patch: Value = serde_json::from_slice(&body)
         .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
-    let (group, version, kind) = (ctx.resource.group.clone(), ctx.resource.version.clone(), ctx.resource.kind.clone());
+    let (group, version, kind) = (
+        ctx.resource.group.clone(),
+        ctx.resource.version.clone(),
+        ctx.resource.kind.clone(),
+    );
     let field_validation = ctx.query.get("fieldValidation").map(str::to_string);
     let scale = sub == Some("scale");
     let apply = move |old: &Value| -> Result<Value, ApiError> {
-        let target = if scale { super::read::scale_of(old)? } else { old.clone() };
+        let target = if scale {
+            super::read::scale_of(old)?
+        } else {
+            old.clone()
+        };
         let result = match patch_type.as_str() {
             "application/json-patch+json" => apimachinery::patch::apply_json_patch(&target, &patch),
-            "application/merge-patch+json" => apimachinery::patch::apply_merge_patch(&target, &patch),
+            "application/merge-patch+json" => {
+                apimachinery::patch::apply_merge_patch(&target, &patch)
+            }
             "application/strategic-merge-patch+json" => {
-                let (g, k) = if scale { ("autoscaling", "Scale") } else { (group.as_str(), kind.as_str()) };
+                let (g, k) = if scale {
+                    ("autoscaling", "Scale")
+                } else {
+                    (group.as_str(), kind.as_str())
+                };
                 if !apimachinery::patch::supports_strategic_merge(g, k) && !scale {
                     return Err(ApiError::unsupported_media_type(&patch_type));
                 }
-                apimachinery::patch::apply_strategic_merge_patch(&target, &patch, apimachinery::patch::schema_for(g, k))
+                apimachinery::patch::apply_strategic_merge_patch(
+                    &target,
+                    &patch,
+                    apimachinery::patch::schema_for(g, k),
+                )
             }
             "application/apply-patch+yaml" => {
                 return Err(ApiError {
@@ -220,7 +287,11 @@ pub async fn patch(ctx: &Ctx<'_>, sub: Option<&str>, body: Bytes) -> Result<Resp
             other => return Err(ApiError::unsupported_media_type(other)),
         };
         let mut patched = result.map_err(|e| e.to_api_error())?;
-        let (g, v, k) = if scale { ("autoscaling", "v1", "Scale") } else { (group.as_str(), version.as_str(), kind.as_str()) };
+        let (g, v, k) = if scale {
+            ("autoscaling", "v1", "Scale")
+        } else {
+            (group.as_str(), version.as_str(), kind.as_str())
+        };
         typed::check_fields(g, v, k, &mut patched, field_validation.as_deref())?;
         Ok(patched)
     };
@@ -250,7 +321,11 @@ async fn guaranteed_update(
         new = match sub {
             None => {
                 // Defaults first, so that fields the client left to defaulting compare equal.
-                apimachinery::defaults::apply_defaults(&ctx.resource.group, &ctx.resource.kind, &mut new);
+                apimachinery::defaults::apply_defaults(
+                    &ctx.resource.group,
+                    &ctx.resource.kind,
+                    &mut new,
+                );
                 strategy::prepare_for_update(&ctx.resource, &mut new, &old);
                 new
             }
@@ -259,7 +334,10 @@ async fn guaranteed_update(
                 new
             }
             Some("scale") => {
-                let replicas = new.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(0);
+                let replicas = new
+                    .pointer("/spec/replicas")
+                    .and_then(Value::as_i64)
+                    .unwrap_or(0);
                 let mut scaled = old.clone();
                 scaled["spec"]["replicas"] = replicas.into();
                 strategy::prepare_for_update(&ctx.resource, &mut scaled, &old);
@@ -267,20 +345,41 @@ async fn guaranteed_update(
             }
             Some("finalize") => {
                 let mut finalized = old.clone();
-                finalized["spec"]["finalizers"] = new.pointer("/spec/finalizers").cloned().unwrap_or(Value::Array(vec![]));
+                finalized["spec"]["finalizers"] = new
+                    .pointer("/spec/finalizers")
+                    .cloned()
+                    .unwrap_or(Value::Array(vec![]));
                 finalized
             }
             Some("approval") | Some("ephemeralcontainers") | Some("resize") => {
-                let field = if sub == Some("approval") { "status" } else { "spec" };
+                let field = if sub == Some("approval") {
+                    "status"
+                } else {
+                    "spec"
+                };
                 let mut merged = old.clone();
                 merged[field] = new.get(field).cloned().unwrap_or(Value::Null);
                 merged
             }
-            Some(other) => return Err(ApiError::method_not_supported(&ctx.qualified(), &format!("update {other}"))),
+            Some(other) => {
+                return Err(ApiError::method_not_supported(
+                    &ctx.qualified(),
+                    &format!("update {other}"),
+                ))
+            }
         };
-        let errors = apimachinery::validation::validate_update(&ctx.resource.group, &ctx.resource.kind, &new, &old);
+        let errors = apimachinery::validation::validate_update(
+            &ctx.resource.group,
+            &ctx.resource.kind,
+            &new,
+            &old,
+        );
         if !errors.is_empty() {
-            return Err(ApiError::invalid(&ctx.qualified_kind(), ctx.name(), &errors));
+            return Err(ApiError::invalid(
+                &ctx.qualified_kind(),
+                ctx.name(),
+                &errors,
+            ));
         }
         objects::set_meta(&mut new, "resourceVersion", old_rv.to_string());
         if new == old || ctx.dry_run() {
@@ -291,23 +390,43 @@ async fn guaranteed_update(
             return super::delete::delete_now(ctx, &new, old_rv).await;
         }
         let key = ctx.key(ctx.namespace(), ctx.name());
-        match ctx.api.store.update(&key, objects::encode_for_storage(&new), Some(old_rv)).await {
-            Ok(kv) => return respond(ctx, sub, objects::with_resource_version(&kv.value, kv.mod_revision)),
+        match ctx
+            .api
+            .store
+            .update(&key, objects::encode_for_storage(&new), Some(old_rv))
+            .await
+        {
+            Ok(kv) => {
+                return respond(
+                    ctx,
+                    sub,
+                    objects::with_resource_version(&kv.value, kv.mod_revision),
+                )
+            }
             Err(storage::Error::Conflict { .. }) if precondition.is_none() => continue,
             Err(storage::Error::Conflict { .. }) => {
                 return Err(ApiError::conflict_modified(&ctx.qualified(), ctx.name()))
             }
-            Err(storage::Error::NotFound { .. }) => return Err(ApiError::not_found(&ctx.qualified(), ctx.name())),
+            Err(storage::Error::NotFound { .. }) => {
+                return Err(ApiError::not_found(&ctx.qualified(), ctx.name()))
+            }
             Err(e) => return Err(storage_error(e)),
         }
     }
-    Err(ApiError::conflict(&ctx.qualified(), ctx.name(), "too many concurrent updates; try again"))
+    Err(ApiError::conflict(
+        &ctx.qualified(),
+        ctx.name(),
+        "too many concurrent updates; try again",
+    ))
 }
 
 fn respond(ctx: &Ctx<'_>, sub: Option<&str>, json: Bytes) -> Result<Response<Body>, ApiError> {
     if sub == Some("scale") {
         let obj: Value = serde_json::from_slice(&json).map_err(ApiError::internal)?;
-        return Ok(crate::response::json_response(StatusCode::OK, &super::read::scale_of(&obj)?));
+        return Ok(crate::response::json_response(
+            StatusCode::OK,
+            &super::read::scale_of(&obj)?,
+        ));
     }
     ctx.object_response(StatusCode::OK, json)
 }

@@ -69,7 +69,10 @@ impl Cluster {
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
         if let Some(etcd) = &self.etcd {
-            cmd.arg("--storage").arg("etcd").arg("--etcd-servers").arg(&etcd.endpoint);
+            cmd.arg("--storage")
+                .arg("etcd")
+                .arg("--etcd-servers")
+                .arg(&etcd.endpoint);
         }
         let mut child = cmd.spawn().expect("start rkube server");
         let stderr = child.stderr.take().expect("stderr");
@@ -101,7 +104,10 @@ impl Cluster {
                 Ok(Err(line)) => log.push(line),
                 Err(_) => {
                     let _ = child.kill();
-                    panic!("rkube server did not start within {START_TIMEOUT:?}; stderr:\n{}", log.join("\n"));
+                    panic!(
+                        "rkube server did not start within {START_TIMEOUT:?}; stderr:\n{}",
+                        log.join("\n")
+                    );
                 }
             }
         }
@@ -123,13 +129,18 @@ impl Cluster {
             .env("KUBECONFIG", &self.kubeconfig)
             .env("HOME", self.dir.path())
             .env_remove("KUBERNETES_SERVICE_HOST")
-            .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+            .stdin(if stdin.is_some() {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            })
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         let mut child = cmd.spawn().expect("kubectl is installed (v1.32)");
         if let Some(input) = stdin {
             let mut pipe = child.stdin.take().expect("stdin");
-            pipe.write_all(input.as_bytes()).expect("write kubectl stdin");
+            pipe.write_all(input.as_bytes())
+                .expect("write kubectl stdin");
         }
         wait_with_timeout(child, KUBECTL_TIMEOUT, args)
     }
@@ -156,12 +167,17 @@ impl Cluster {
     /// Runs kubectl expecting failure; returns stderr.
     pub fn kubectl_fails(&self, args: &[&str], stdin: Option<&str>) -> String {
         let out = self.kubectl_output(args, stdin);
-        assert!(!out.status.success(), "kubectl {} should have failed", args.join(" "));
+        assert!(
+            !out.status.success(),
+            "kubectl {} should have failed",
+            args.join(" ")
+        );
         String::from_utf8_lossy(&out.stderr).into_owned()
     }
 
     pub async fn client(&self) -> kube::Client {
-        let kubeconfig = kube::config::Kubeconfig::read_from(&self.kubeconfig).expect("read kubeconfig");
+        let kubeconfig =
+            kube::config::Kubeconfig::read_from(&self.kubeconfig).expect("read kubeconfig");
         let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
             .await
             .expect("kube config");
@@ -187,7 +203,9 @@ fn wait_with_timeout(mut child: Child, timeout: Duration, args: &[&str]) -> Outp
     loop {
         match child.try_wait() {
             Ok(Some(_)) => return child.wait_with_output().expect("kubectl output"),
-            Ok(None) if std::time::Instant::now() < deadline => std::thread::sleep(Duration::from_millis(20)),
+            Ok(None) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(20))
+            }
             _ => {
                 let _ = child.kill();
                 let out = child.wait_with_output().expect("kubectl output");

@@ -520,3 +520,119 @@ mod tests {
         assert_eq!(storage_of("/nothing"), None);
     }
 }
+
+#[cfg(test)]
+mod cache_tests {
+    use super::*;
+    use bytes::Bytes;
+    use storage::{Event, KeyValue};
+
+    fn put(key: &str, labels: &str, rv: i64, prev: Option<(&str, i64)>) -> Event {
+        let obj = |l: &str| {
+            Bytes::from(format!(
+                r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"{}","namespace":"ns","labels":{{"app":"{l}"}}}}}}"#,
+                key.rsplit('/').next().unwrap()
+            ))
+        };
+        Event {
+            kind: EventKind::Put,
+            kv: KeyValue {
+                key: key.into(),
+                value: obj(labels),
+                create_revision: rv,
+                mod_revision: rv,
+            },
+            prev: prev.map(|(l, r)| KeyValue {
+                key: key.into(),
+                value: obj(l),
+                create_revision: r,
+                mod_revision: r,
+            }),
+        }
+    }
+
+    fn filter(sel: &str) -> Filter {
+        Filter::new("", "configmaps", None, Some(sel), None).unwrap()
+    }
+
+    #[test]
+    fn selection_transitions_become_added_and_deleted() {
+        let cache = WatchCache::new("configmaps", "", "configmaps");
+        let sub = cache
+            .subscribe(filter("app=a"), WatchStart::After(0), 0)
+            .ok()
+            .unwrap();
+        let mut live = sub.live;
+        cache.apply(&put("/configmaps/ns/x", "a", 2, None));
+        cache.apply(&put("/configmaps/ns/x", "b", 3, Some(("a", 2))));
+        cache.apply(&put("/configmaps/ns/x", "a", 4, Some(("b", 3))));
+        let kinds: Vec<EventType> = std::iter::from_fn(|| live.try_recv().ok())
+            .map(|(_, t)| t)
+            .collect();
+        assert_eq!(
+            kinds,
+            [EventType::Added, EventType::Deleted, EventType::Added]
+        );
+        let frame = cache.read().ring[1].json_frame(EventType::Deleted);
+        let v: serde_json::Value = serde_json::from_slice(&frame).unwrap();
+        assert_eq!(v["type"], "DELETED");
+        assert_eq!(v["object"]["metadata"]["resourceVersion"], "3");
+    }
+
+    #[test]
+    fn replay_from_the_ring_and_too_old_outside_it() {
+        let cache = WatchCache::new("configmaps", "", "configmaps");
+        cache.reset(BTreeMap::new(), 1);
+        for rv in 2..10 {
+            cache.apply(&put(&format!("/configmaps/ns/o{rv}"), "a", rv, None));
+        }
+        let sub = cache
+            .subscribe(filter("app=a"), WatchStart::After(5), 9)
+            .ok()
+            .unwrap();
+        let replayed: Vec<i64> = sub.initial.iter().map(|(e, _)| e.rv).collect();
+        assert_eq!(replayed, [6, 7, 8, 9]);
+        let initial = cache
+            .subscribe(Filter::default(), WatchStart::InitialState, 9)
+            .ok()
+            .unwrap();
+        assert_eq!(initial.initial.len(), 8);
+        assert!(initial.initial.iter().all(|(_, t)| *t == EventType::Added));
+        assert!(matches!(
+            cache.subscribe(Filter::default(), WatchStart::After(0), 9),
+            Err(SubscribeError::TooOld)
+        ));
+    }
+
+    #[test]
+    fn a_watcher_that_stops_reading_is_dropped_not_waited_for() {
+        let cache = WatchCache::new("configmaps", "", "configmaps");
+        let slow = cache
+            .subscribe(Filter::default(), WatchStart::After(0), 0)
+            .ok()
+            .unwrap();
+        let fast = cache
+            .subscribe(Filter::default(), WatchStart::After(0), 0)
+            .ok()
+            .unwrap();
+        let mut fast_live = fast.live;
+        let mut received = 0;
+        for rv in 2..(WATCHER_BUFFER as i64 + 10) {
+            cache.apply(&put(&format!("/configmaps/ns/o{}", rv % 7), "a", rv, None));
+            while fast_live.try_recv().is_ok() {
+                received += 1;
+            }
+        }
+        assert_eq!(
+            received,
+            WATCHER_BUFFER + 8,
+            "the reading watcher got every event"
+        );
+        assert_eq!(
+            cache.read().watchers.len(),
+            1,
+            "the full watcher was closed"
+        );
+        drop(slow);
+    }
+}

@@ -101,6 +101,19 @@ impl Ctx<'_> {
         Ok((obj, kv.mod_revision))
     }
 
+    /// The current stored object as served JSON bytes (no decoding), or 404.
+    pub async fn current_json(&self, namespace: &str, name: &str) -> Result<Bytes, ApiError> {
+        let key = self.key(namespace, name);
+        let kv = self
+            .api
+            .store
+            .get(&key)
+            .await
+            .map_err(storage_error)?
+            .ok_or_else(|| ApiError::not_found(&self.qualified(), name))?;
+        Ok(objects::with_resource_version(&kv.value, kv.mod_revision))
+    }
+
     /// Serves one object in the negotiated representation.
     pub fn object_response(
         &self,

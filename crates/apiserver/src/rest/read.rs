@@ -20,9 +20,8 @@ pub async fn get(ctx: &Ctx<'_>) -> Result<Response<Body>, ApiError> {
             None => Err(ApiError::not_found(&ctx.qualified(), ctx.name())),
         };
     }
-    let (obj, _) = ctx.current(ctx.namespace(), ctx.name()).await?;
-    let json = serde_json::to_vec(&obj).map_err(ApiError::internal)?;
-    ctx.object_response(StatusCode::OK, json.into())
+    let json = ctx.current_json(ctx.namespace(), ctx.name()).await?;
+    ctx.object_response(StatusCode::OK, json)
 }
 
 pub async fn get_subresource(ctx: &Ctx<'_>, sub: &str) -> Result<Response<Body>, ApiError> {

@@ -24,7 +24,7 @@ fn runtime() -> tokio::runtime::Runtime {
         .expect("tokio runtime")
 }
 
-fn from<T: serde::de::DeserializeOwned>(v: Value) -> T {
+fn from<T: k8s_openapi::serde::de::DeserializeOwned>(v: Value) -> T {
     serde_json::from_value(v).expect("valid object")
 }
 

@@ -154,9 +154,20 @@ fn compacted_resource_version_is_gone(backend: Backend) {
                 .await
                 .expect("create");
         }
+        // A continue token from a paged list taken now expires with the compaction too.
+        let page = cms
+            .list(&ListParams::default().limit(5))
+            .await
+            .expect("first page");
+        let token = page.metadata.continue_.clone().expect("more pages remain");
+        for i in 0..3 {
+            cms.create(&PostParams::default(), &cm(&format!("after{i}"), "x"))
+                .await
+                .expect("create");
+        }
         let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
         loop {
-            // A list continuing at the old revision, and a watch from it.
+            // A list at the old revision, and a watch from it.
             let lp = ListParams::default()
                 .at(&old_rv)
                 .matching(kube::api::VersionMatch::Exact);
@@ -176,7 +187,11 @@ fn compacted_resource_version_is_gone(backend: Backend) {
                 Ok(code) => *code == 410,
                 Err(e) => api_code(e) == 410,
             };
-            if list_gone && watch_gone {
+            let continued = cms
+                .list(&ListParams::default().limit(5).continue_token(&token))
+                .await;
+            let continue_gone = matches!(&continued, Err(e) if api_code(e) == 410);
+            if list_gone && watch_gone && continue_gone {
                 break;
             }
             assert!(

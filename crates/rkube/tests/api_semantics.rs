@@ -66,6 +66,22 @@ fn pods_are_deleted_gracefully_once_bound(backend: Backend) {
         let again = pods.create_subresource::<Value, Value>("binding", "bound", &PostParams::default(), &binding).await;
         assert_eq!(code(again.expect_err("second bind")), 409);
 
+        // The older `bindings` resource binds too.
+        pods.create(&PostParams::default(), &pod("old-style")).await.expect("create");
+        let req = http::Request::post("/api/v1/namespaces/default/bindings")
+            .header("Content-Type", "application/json")
+            .body(serde_json::to_vec(&json!({"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "old-style"}, "target": {"kind": "Node", "name": "node-2"}})).unwrap())
+            .unwrap();
+        c.client().await.request_text(req).await.expect("POST bindings");
+        let p = pods.get("old-style").await.expect("get");
+        assert_eq!(p.spec.and_then(|s| s.node_name).as_deref(), Some("node-2"));
+        // Eviction deletes (gracefully, as the pod is bound).
+        let eviction = json!({"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": "old-style"}});
+        pods.create_subresource::<Value, Value>("eviction", "old-style", &PostParams::default(), &eviction)
+            .await
+            .expect("evict");
+        assert!(pods.get("old-style").await.expect("terminating").metadata.deletion_timestamp.is_some());
+
         // Bound: the delete only marks it; the node's grace-0 delete removes it.
         pods.delete("bound", &DeleteParams::default()).await.expect("delete");
         let p = pods.get("bound").await.expect("still there");

@@ -163,6 +163,37 @@ pub async fn handle(
     headers: &HeaderMap,
     body: Bytes,
 ) -> Result<Response<Body>, ApiError> {
+    // `POST .../bindings` is the older form of `POST .../pods/<name>/binding`.
+    if req.group.is_empty()
+        && req.resource == "bindings"
+        && req.verb == Verb::Create
+        && req.name.is_none()
+    {
+        let binding = decode::parse_body(headers, &body)?;
+        let name = binding
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        if name.is_empty() {
+            let err = apimachinery::validation::field::FieldError::required(
+                &apimachinery::validation::field::FieldPath::root("metadata").child("name"),
+                "",
+            );
+            return Err(ApiError::invalid(
+                &Qualified::new("", "Binding"),
+                "",
+                &[err],
+            ));
+        }
+        let pod_req = ResourceRequest {
+            resource: "pods".into(),
+            name: Some(name),
+            subresource: Some("binding".into()),
+            ..req.clone()
+        };
+        return Box::pin(handle(api, &pod_req, query, headers, body)).await;
+    }
     let snapshot = api.registry.snapshot();
     let Some(resource) = snapshot.get(&req.group, &req.version, &req.resource) else {
         // `namespaces/<name>/status|finalize` first parses as a namespaced resource of that name.

@@ -486,7 +486,9 @@ pub fn builtin() -> Vec<Resource> {
 /// The resources served now. Cheap to clone (shared); readers see a consistent snapshot.
 #[derive(Clone, Default)]
 pub struct Registry {
-    inner: Arc<RwLock<Snapshot>>,
+    /// Readers take the current `Arc<Snapshot>`; writers replace it (copy on write), so serving a
+    /// request never copies the table.
+    inner: Arc<RwLock<Arc<Snapshot>>>,
 }
 
 /// All resources by (group, version, plural), plus the preferred version of each group.
@@ -530,7 +532,7 @@ impl Registry {
         registry
     }
 
-    pub fn snapshot(&self) -> Snapshot {
+    pub fn snapshot(&self) -> Arc<Snapshot> {
         self.inner.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
@@ -543,7 +545,8 @@ impl Registry {
 
     /// Adds or replaces a resource (a CRD version being served).
     pub fn add(&self, resource: Resource) {
-        let mut snap = self.inner.write().unwrap_or_else(|e| e.into_inner());
+        let mut guard = self.inner.write().unwrap_or_else(|e| e.into_inner());
+        let snap = Arc::make_mut(&mut guard);
         let (group, version) = (resource.group.clone(), resource.version.clone());
         match snap.groups.iter_mut().find(|(g, _)| *g == group) {
             Some((_, versions)) => {
@@ -563,7 +566,8 @@ impl Registry {
 
     /// Removes a resource; its group disappears with its last version.
     pub fn remove(&self, group: &str, version: &str, plural: &str) {
-        let mut snap = self.inner.write().unwrap_or_else(|e| e.into_inner());
+        let mut guard = self.inner.write().unwrap_or_else(|e| e.into_inner());
+        let snap = Arc::make_mut(&mut guard);
         snap.resources
             .remove(&(group.to_string(), version.to_string(), plural.to_string()));
         let still_served =

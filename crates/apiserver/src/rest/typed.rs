@@ -27,7 +27,8 @@ fn roundtrip<T: serde::de::DeserializeOwned + serde::Serialize>(
     kind: &str,
     version: &str,
 ) -> Result<Decoded, ApiError> {
-    let typed: T = serde_json::from_value(obj.clone()).map_err(|e| {
+    // Deserializing from `&Value` avoids copying the whole object first.
+    let typed: T = T::deserialize(obj).map_err(|e| {
         ApiError::bad_request(format!(
             "{kind} in version {version:?} cannot be handled as a {kind}: {e}"
         ))

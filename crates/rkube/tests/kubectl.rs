@@ -494,7 +494,59 @@ fn patch_label_annotate_scale_delete(backend: Backend) {
     );
 }
 
+/// Health and version need no credentials; everything else needs a client certificate or a token from
+/// `--token-auth-file`, and is 401 without.
+fn authentication_and_health(backend: Backend) {
+    let tokens = tempfile::NamedTempFile::new().expect("token file");
+    std::fs::write(tokens.path(), "s3cret,alice,1000,\"dev,ops\"\n").expect("write tokens");
+    let c = Cluster::start_with(
+        backend,
+        &["--token-auth-file", tokens.path().to_str().unwrap()],
+    );
+    // Without any credential kubectl prompts for a password, so "no valid credential" is a bad token.
+    let anonymous = |extra: &[&str]| {
+        let mut args = vec![
+            "--kubeconfig=/dev/null",
+            "--server",
+            c.url.as_str(),
+            "--insecure-skip-tls-verify",
+        ];
+        if !extra.contains(&"--token") {
+            args.extend(["--token", "nobody"]);
+        }
+        args.extend_from_slice(extra);
+        c.kubectl_output(&args, None)
+    };
+    let out = anonymous(&["get", "--raw", "/readyz"]);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "ok");
+    let out = anonymous(&["get", "--raw", "/version"]);
+    let version: Value = serde_json::from_slice(&out.stdout).expect("version JSON");
+    assert!(
+        version["gitVersion"]
+            .as_str()
+            .unwrap()
+            .starts_with("v1.33."),
+        "{version}"
+    );
+    let out = anonymous(&["get", "ns"]);
+    assert!(!out.status.success());
+    // kubectl's wording for a 401.
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("the server has asked for the client to provide credentials"),
+        "{out:?}"
+    );
+    let out = anonymous(&["--token", "s3cret", "get", "ns", "-o", "name"]);
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("namespace/default"),
+        "{out:?}"
+    );
+    let health = c.kubectl(&["get", "--raw", "/healthz"]);
+    assert_eq!(health, "ok");
+}
+
 on_both_backends!(
+    authentication_and_health,
     seed_objects_show_upstream_defaults,
     get_headers_match_upstream,
     selectors_and_paging,

@@ -1,0 +1,15 @@
+//! Client machinery for rkube's components (upstream `k8s.io/client-go`): everything a controller, the
+//! scheduler or the kubelet needs to turn API watches into work, built on the kube crate's `Client`.
+//!
+//! - [`workqueue`]: client-go's work queue semantics (`queue`/`dirty`/`processing`), delaying queue and
+//!   rate limiters.
+//! - [`informer`]: reflector (list + watch + resume), indexed cache, shared informers and event handlers.
+//! - [`leaderelection`]: leader election on a `coordination.k8s.io/v1` Lease.
+//! - [`events`]: the event recorder and broadcaster.
+//! - [`controller`]: the pattern every controller in the project follows.
+
+pub mod controller;
+pub mod events;
+pub mod informer;
+pub mod leaderelection;
+pub mod workqueue;

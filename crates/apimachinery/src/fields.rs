@@ -9,6 +9,8 @@
 
 use std::fmt;
 
+use crate::labels::write_comma_separated;
+
 /// The operator of one field requirement. `==` parses to [`FieldOperator::Equals`], as upstream.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum FieldOperator {
@@ -97,13 +99,7 @@ impl FieldSelector {
 impl fmt::Display for FieldSelector {
     /// Upstream's `String()`: the terms joined by `,`, values escaped.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (i, r) in self.requirements.iter().enumerate() {
-            if i > 0 {
-                f.write_str(",")?;
-            }
-            write!(f, "{r}")?;
-        }
-        Ok(())
+        write_comma_separated(f, &self.requirements)
     }
 }
 

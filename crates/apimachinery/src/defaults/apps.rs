@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 
 use super::core::persistent_volume_claim;
 use super::pod::{default_template_at, empty_object_meta};
-use crate::validation::json::{child_obj, set_default, set_default_str};
+use crate::validation::json::{child_obj, each_obj, set_default, set_default_str};
 
 type Obj = serde_json::Map<String, Value>;
 
@@ -75,13 +75,7 @@ pub(crate) fn stateful_set(ss: &mut Obj) {
     set_default_str(policy, "whenScaled", "Retain");
     set_default(spec, "replicas", Value::from(1));
     set_default(spec, "revisionHistoryLimit", Value::from(10));
-    for t in spec
-        .get_mut("volumeClaimTemplates")
-        .and_then(Value::as_array_mut)
-        .into_iter()
-        .flatten()
-    {
-        let Some(t) = t.as_object_mut() else { continue };
+    for t in each_obj(spec, "volumeClaimTemplates") {
         set_default(t, "apiVersion", Value::from("v1"));
         set_default(t, "kind", Value::from("PersistentVolumeClaim"));
         empty_object_meta(t);

@@ -7,7 +7,7 @@
 use serde_json::{json, Map, Value};
 
 use super::pod::{default_template_at, empty_object_meta};
-use crate::validation::json::{child_obj, set_default};
+use crate::validation::json::{child_obj, each_obj, set_default};
 
 type Obj = Map<String, Value>;
 
@@ -28,21 +28,13 @@ pub(crate) fn job(j: &mut Obj) {
     set_default(spec, "completionMode", Value::from("NonIndexed"));
     set_default(spec, "suspend", Value::from(false));
     let failure_policy = !unset(spec, "podFailurePolicy");
-    if let Some(rules) = spec
+    if let Some(policy) = spec
         .get_mut("podFailurePolicy")
-        .and_then(|p| p.get_mut("rules"))
-        .and_then(Value::as_array_mut)
+        .and_then(Value::as_object_mut)
     {
-        for rule in rules {
-            for pattern in rule
-                .get_mut("onPodConditions")
-                .and_then(Value::as_array_mut)
-                .into_iter()
-                .flatten()
-            {
-                if let Some(p) = pattern.as_object_mut() {
-                    set_default(p, "status", Value::from("True"));
-                }
+        for rule in each_obj(policy, "rules") {
+            for pattern in each_obj(rule, "onPodConditions") {
+                set_default(pattern, "status", Value::from("True"));
             }
         }
     }

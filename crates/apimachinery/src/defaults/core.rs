@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 
 use super::pod::{default_template_at, default_volume_source};
 use crate::validation::b64;
-use crate::validation::json::{child_obj, set_default, set_default_str};
+use crate::validation::json::{child_obj, each_obj, set_default, set_default_str};
 
 type Obj = serde_json::Map<String, Value>;
 
@@ -41,15 +41,7 @@ pub(crate) fn service(svc: &mut Obj) {
         _ => {}
     }
     set_default_str(spec, "type", "ClusterIP");
-    for port in spec
-        .get_mut("ports")
-        .and_then(Value::as_array_mut)
-        .into_iter()
-        .flatten()
-    {
-        let Some(p) = port.as_object_mut() else {
-            continue;
-        };
+    for p in each_obj(spec, "ports") {
         set_default_str(p, "protocol", "TCP");
         let unset = match p.get("targetPort") {
             None | Some(Value::Null) => true,
@@ -82,16 +74,9 @@ pub(crate) fn service(svc: &mut Obj) {
     let status = child_obj(svc, "status");
     let lb = child_obj(status, "loadBalancer");
     if ty == "LoadBalancer" {
-        for ing in lb
-            .get_mut("ingress")
-            .and_then(Value::as_array_mut)
-            .into_iter()
-            .flatten()
-        {
-            if let Some(i) = ing.as_object_mut() {
-                if !str_of(i, "ip").is_empty() {
-                    set_default(i, "ipMode", Value::from("VIP"));
-                }
+        for i in each_obj(lb, "ingress") {
+            if !str_of(i, "ip").is_empty() {
+                set_default(i, "ipMode", Value::from("VIP"));
             }
         }
     }
@@ -149,21 +134,9 @@ pub(crate) fn persistent_volume_claim(pvc: &mut Obj) {
 }
 
 pub(crate) fn endpoints(ep: &mut Obj) {
-    for ss in ep
-        .get_mut("subsets")
-        .and_then(Value::as_array_mut)
-        .into_iter()
-        .flatten()
-    {
-        for p in ss
-            .get_mut("ports")
-            .and_then(Value::as_array_mut)
-            .into_iter()
-            .flatten()
-        {
-            if let Some(p) = p.as_object_mut() {
-                set_default_str(p, "protocol", "TCP");
-            }
+    for ss in each_obj(ep, "subsets") {
+        for p in each_obj(ss, "ports") {
+            set_default_str(p, "protocol", "TCP");
         }
     }
 }
@@ -219,15 +192,7 @@ pub(crate) fn replication_controller(rc: &mut Obj) {
 /// `SetDefaults_LimitRangeItem`: container defaults from max, default requests from defaults and min.
 pub(crate) fn limit_range(lr: &mut Obj) {
     let spec = child_obj(lr, "spec");
-    for item in spec
-        .get_mut("limits")
-        .and_then(Value::as_array_mut)
-        .into_iter()
-        .flatten()
-    {
-        let Some(item) = item.as_object_mut() else {
-            continue;
-        };
+    for item in each_obj(spec, "limits") {
         if str_of(item, "type") != "Container" {
             continue;
         }

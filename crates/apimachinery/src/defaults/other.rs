@@ -6,17 +6,9 @@
 
 use serde_json::{json, Value};
 
-use crate::validation::json::{child_obj, set_default, set_default_str};
+use crate::validation::json::{child_obj, each_obj, set_default, set_default_str};
 
 type Obj = serde_json::Map<String, Value>;
-
-fn each_obj<'a>(map: &'a mut Obj, key: &str) -> impl Iterator<Item = &'a mut Obj> {
-    map.get_mut(key)
-        .and_then(Value::as_array_mut)
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_object_mut)
-}
 
 pub(crate) fn network_policy(np: &mut Obj) {
     let spec = child_obj(np, "spec");

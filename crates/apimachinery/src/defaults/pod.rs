@@ -10,7 +10,7 @@
 
 use serde_json::{json, Map, Value};
 
-use crate::validation::json::{child_obj, get, set_default, set_default_str};
+use crate::validation::json::{child_obj, each_obj, get, set_default, set_default_str};
 
 type Obj = Map<String, Value>;
 
@@ -45,14 +45,6 @@ pub fn default_pull_policy(image: &str) -> &'static str {
         None if !digest => "Always",
         _ => "IfNotPresent",
     }
-}
-
-fn each_obj<'a>(map: &'a mut Obj, key: &str) -> impl Iterator<Item = &'a mut Obj> {
-    map.get_mut(key)
-        .and_then(Value::as_array_mut)
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_object_mut)
 }
 
 fn obj_at<'a>(map: &'a mut Obj, key: &str) -> Option<&'a mut Obj> {

@@ -277,11 +277,7 @@ fn apiservice_cells(s: &Value, now: Instant) -> Vec<Value> {
 mod tests {
     use serde_json::{json, Value};
 
-    use super::super::testing::{header, row, CREATED};
-
-    fn meta(name: &str) -> Value {
-        json!({"name": name, "creationTimestamp": CREATED})
-    }
+    use super::super::testing::{header, meta, row};
 
     #[test]
     fn admission_policies() {

@@ -5,8 +5,8 @@ use serde_json::{json, Value};
 
 use super::time::Instant;
 use super::util::{
-    arr_at, format_label_selector, format_labels, get, int_at, label_selector_string,
-    layout_containers, name, obj_at, opt_int, str_at,
+    arr_at, format_label_selector, format_labels, get, int_at, label_selector_string, name, obj_at,
+    opt_int, str_at, template_containers,
 };
 use super::{
     age_cell, col, printer, wide, ColumnDefinition, Printers, AGE, CONTAINERS, IMAGES, NAME,
@@ -40,13 +40,9 @@ pub(super) const PRINTERS: Printers = &[
     ),
 ];
 
-/// `spec.replicas`, which apps/v1 defaults to 1.
+/// `spec.replicas`, which apps/v1 and core/v1 default to 1.
 fn desired_replicas(obj: &Value) -> i64 {
     opt_int(obj, &["spec", "replicas"]).unwrap_or(1)
-}
-
-fn template_containers(obj: &Value) -> (String, String) {
-    layout_containers(arr_at(obj, &["spec", "template", "spec", "containers"]))
 }
 
 const DEPLOYMENT_COLUMNS: &[ColumnDefinition] = &[
@@ -109,16 +105,24 @@ const REPLICASET_COLUMNS: &[ColumnDefinition] = &[
 ];
 
 fn replicaset_cells(rs: &Value, now: Instant) -> Vec<Value> {
-    let (names, images) = template_containers(rs);
+    let selector = format_label_selector(get(rs, &["spec", "selector"]));
+    replica_cells(rs, now, selector)
+}
+
+/// The cells upstream's `printReplicaSet` and `printReplicationController` share (they differ only in
+/// how the selector prints): name, desired, current and ready replicas, age, the pod template's
+/// containers and images, then `selector`.
+pub(super) fn replica_cells(obj: &Value, now: Instant, selector: String) -> Vec<Value> {
+    let (names, images) = template_containers(obj);
     vec![
-        json!(name(rs)),
-        json!(desired_replicas(rs)),
-        json!(int_at(rs, &["status", "replicas"])),
-        json!(int_at(rs, &["status", "readyReplicas"])),
-        age_cell(rs, now),
+        json!(name(obj)),
+        json!(desired_replicas(obj)),
+        json!(int_at(obj, &["status", "replicas"])),
+        json!(int_at(obj, &["status", "readyReplicas"])),
+        age_cell(obj, now),
         json!(names),
         json!(images),
-        json!(format_label_selector(get(rs, &["spec", "selector"]))),
+        json!(selector),
     ]
 }
 

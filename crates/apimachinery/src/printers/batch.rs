@@ -8,7 +8,7 @@ use super::duration::human_duration_nanos;
 use super::time::{self, Instant};
 use super::util::{
     arr_at, bool_ptr, condition_status, deleting, format_label_selector, get, int_at,
-    layout_containers, len_at, name, opt_bool, opt_int, opt_str, str_at,
+    layout_containers, len_at, name, opt_bool, opt_int, opt_str, str_at, template_containers,
 };
 use super::{
     age_cell, col, printer, wide, ColumnDefinition, Printers, AGE, CONTAINERS, IMAGES, NAME,
@@ -70,8 +70,7 @@ fn job_cells(job: &Value, now: Instant) -> Vec<Value> {
     } else {
         "Running"
     };
-    let (names, images) =
-        layout_containers(arr_at(job, &["spec", "template", "spec", "containers"]));
+    let (names, images) = template_containers(job);
     vec![
         json!(name(job)),
         json!(status),

@@ -6,10 +6,11 @@ use std::collections::BTreeSet;
 
 use serde_json::{json, Value};
 
+use super::apps::replica_cells;
 use super::time::Instant;
 use super::util::{
-    arr_at, bool_at, format_labels, get, int_at, layout_containers, len_at, name, obj_at, opt_int,
-    or, quantity, str_at,
+    arr_at, bool_at, format_labels, get, layout_containers, len_at, name, obj_at, or, quantity,
+    str_at,
 };
 use super::{
     age_cell, col, printer, wide, ColumnDefinition, Printers, AGE, CONTAINERS, IMAGES, NAME,
@@ -215,19 +216,8 @@ const RC_COLUMNS: &[ColumnDefinition] = &[
 ];
 
 fn rc_cells(rc: &Value, now: Instant) -> Vec<Value> {
-    let (names, images) =
-        layout_containers(arr_at(rc, &["spec", "template", "spec", "containers"]));
-    vec![
-        json!(name(rc)),
-        // v1 defaults spec.replicas to 1.
-        json!(opt_int(rc, &["spec", "replicas"]).unwrap_or(1)),
-        json!(int_at(rc, &["status", "replicas"])),
-        json!(int_at(rc, &["status", "readyReplicas"])),
-        age_cell(rc, now),
-        json!(names),
-        json!(images),
-        json!(format_labels(obj_at(rc, &["spec", "selector"]))),
-    ]
+    let selector = format_labels(obj_at(rc, &["spec", "selector"]));
+    replica_cells(rc, now, selector)
 }
 
 const PODTEMPLATE_COLUMNS: &[ColumnDefinition] = &[
@@ -324,22 +314,7 @@ fn component_cells(cs: &Value, _now: Instant) -> Vec<Value> {
 mod tests {
     use serde_json::{json, Value};
 
-    use super::super::testing::{header, row, CREATED};
-
-    fn meta(name: &str) -> Value {
-        json!({"name": name, "namespace": "default", "creationTimestamp": CREATED})
-    }
-
-    fn strs(cells: &[Value]) -> Vec<String> {
-        cells
-            .iter()
-            .map(|c| {
-                c.as_str()
-                    .map(str::to_string)
-                    .unwrap_or_else(|| c.to_string())
-            })
-            .collect()
-    }
+    use super::super::testing::{header, namespaced_meta, row, strs, CREATED};
 
     #[test]
     fn node_columns_and_ready_control_plane() {
@@ -392,7 +367,7 @@ mod tests {
     #[test]
     fn node_statuses() {
         let node = |conditions: Value, unschedulable: bool| {
-            json!({"metadata": meta("n"), "spec": {"unschedulable": unschedulable},
+            json!({"metadata": namespaced_meta("n"), "spec": {"unschedulable": unschedulable},
                 "status": {"conditions": conditions}})
         };
         let cases = [
@@ -429,7 +404,7 @@ mod tests {
             header("", "namespaces"),
             vec![("Name", 0), ("Status", 0), ("Age", 0)]
         );
-        let ns = json!({"metadata": meta("kube-system"), "status": {"phase": "Active"}});
+        let ns = json!({"metadata": namespaced_meta("kube-system"), "status": {"phase": "Active"}});
         assert_eq!(
             strs(&row("", "namespaces", &ns)),
             ["kube-system", "Active", "10m"]
@@ -438,7 +413,7 @@ mod tests {
 
     #[test]
     fn configmaps_secrets_serviceaccounts() {
-        let cm = json!({"metadata": meta("cfg"), "data": {"a": "1", "b": "2"}, "binaryData": {"c": "AA=="}});
+        let cm = json!({"metadata": namespaced_meta("cfg"), "data": {"a": "1", "b": "2"}, "binaryData": {"c": "AA=="}});
         assert_eq!(
             header("", "configmaps"),
             vec![("Name", 0), ("Data", 0), ("Age", 0)]
@@ -447,7 +422,7 @@ mod tests {
             row("", "configmaps", &cm),
             vec![json!("cfg"), json!(3), json!("10m")]
         );
-        let secret = json!({"metadata": meta("tls"), "type": "kubernetes.io/tls", "data": {"tls.crt": "", "tls.key": ""}});
+        let secret = json!({"metadata": namespaced_meta("tls"), "type": "kubernetes.io/tls", "data": {"tls.crt": "", "tls.key": ""}});
         assert_eq!(
             header("", "secrets"),
             vec![("Name", 0), ("Type", 0), ("Data", 0), ("Age", 0)]
@@ -461,7 +436,7 @@ mod tests {
                 json!("10m")
             ]
         );
-        let sa = json!({"metadata": meta("default")});
+        let sa = json!({"metadata": namespaced_meta("default")});
         assert_eq!(
             header("", "serviceaccounts"),
             vec![("Name", 0), ("Secrets", 0), ("Age", 0)]
@@ -474,7 +449,7 @@ mod tests {
 
     #[test]
     fn replicationcontrollers_and_podtemplates() {
-        let rc = json!({"metadata": meta("rc"),
+        let rc = json!({"metadata": namespaced_meta("rc"),
             "spec": {"replicas": 3, "selector": {"app": "rc"},
                 "template": {"spec": {"containers": [{"name": "a", "image": "img:1"}, {"name": "b", "image": "img:2"}]}}},
             "status": {"replicas": 3, "readyReplicas": 2}});
@@ -504,7 +479,7 @@ mod tests {
                 json!("app=rc")
             ]
         );
-        let pt = json!({"metadata": meta("pt"), "template": {"metadata": {"labels": {"app": "x"}},
+        let pt = json!({"metadata": namespaced_meta("pt"), "template": {"metadata": {"labels": {"app": "x"}},
             "spec": {"containers": [{"name": "c", "image": "busybox"}]}}});
         assert_eq!(
             header("", "podtemplates"),
@@ -523,7 +498,7 @@ mod tests {
 
     #[test]
     fn resourcequotas() {
-        let q = json!({"metadata": meta("quota"), "status": {
+        let q = json!({"metadata": namespaced_meta("quota"), "status": {
             "hard": {"pods": "10", "requests.cpu": "1", "limits.memory": "2Gi", "limits.cpu": "2"},
             "used": {"pods": "3", "requests.cpu": "500m", "limits.cpu": "1"}}});
         assert_eq!(

@@ -99,11 +99,8 @@ pub(crate) const fn wide(
     description: &'static str,
 ) -> ColumnDefinition {
     ColumnDefinition {
-        name,
-        type_,
-        format: "",
-        description,
         priority: 1,
+        ..col(name, type_, description)
     }
 }
 
@@ -248,7 +245,7 @@ pub(crate) mod testing {
     //! Shared fixtures: a fixed clock and helpers to print through the public API.
     use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-    use serde_json::Value;
+    use serde_json::{json, Value};
 
     /// 2024-01-01T00:10:00Z.
     pub(crate) fn now() -> SystemTime {
@@ -263,6 +260,28 @@ pub(crate) mod testing {
         super::columns(group, resource)
             .iter()
             .map(|c| (c.name, c.priority))
+            .collect()
+    }
+
+    /// `metadata` of a cluster-scoped object named `name`, created at [`CREATED`].
+    pub(crate) fn meta(name: &str) -> Value {
+        json!({"name": name, "creationTimestamp": CREATED})
+    }
+
+    /// `metadata` of an object named `name` in namespace `default`, created at [`CREATED`].
+    pub(crate) fn namespaced_meta(name: &str) -> Value {
+        json!({"name": name, "namespace": "default", "creationTimestamp": CREATED})
+    }
+
+    /// Cells as text: strings as they are, other values as JSON (`3`, `true`).
+    pub(crate) fn strs(cells: &[Value]) -> Vec<String> {
+        cells
+            .iter()
+            .map(|c| {
+                c.as_str()
+                    .map(str::to_string)
+                    .unwrap_or_else(|| c.to_string())
+            })
             .collect()
     }
 

@@ -375,13 +375,9 @@ fn runtimeclass_cells(rc: &Value, now: Instant) -> Vec<Value> {
 
 #[cfg(test)]
 mod tests {
-    use serde_json::{json, Value};
+    use serde_json::json;
 
-    use super::super::testing::{header, row, CREATED};
-
-    fn meta(name: &str) -> Value {
-        json!({"name": name, "creationTimestamp": CREATED})
-    }
+    use super::super::testing::{header, meta, row};
 
     #[test]
     fn poddisruptionbudgets() {

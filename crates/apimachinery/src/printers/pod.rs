@@ -234,7 +234,7 @@ pub(super) fn row_conditions(pod: &Value) -> Option<Value> {
 mod tests {
     use serde_json::{json, Value};
 
-    use super::super::testing::{header, now, row, CREATED};
+    use super::super::testing::{header, now, row, strs, CREATED};
     use super::super::{cells as print, row_conditions};
 
     fn pod(spec: Value, status: Value) -> Value {
@@ -251,15 +251,7 @@ mod tests {
 
     /// The first five cells (NAME READY STATUS RESTARTS AGE) as strings.
     fn short(obj: &Value) -> Vec<String> {
-        row("", "pods", obj)
-            .iter()
-            .take(5)
-            .map(|c| {
-                c.as_str()
-                    .map(str::to_string)
-                    .unwrap_or_else(|| c.to_string())
-            })
-            .collect()
+        strs(&row("", "pods", obj)[..5])
     }
 
     #[test]

@@ -173,22 +173,7 @@ fn endpoints_cells(ep: &Value, now: Instant) -> Vec<Value> {
 mod tests {
     use serde_json::{json, Value};
 
-    use super::super::testing::{header, row, CREATED};
-
-    fn meta(name: &str) -> Value {
-        json!({"name": name, "namespace": "default", "creationTimestamp": CREATED})
-    }
-
-    fn strs(cells: &[Value]) -> Vec<String> {
-        cells
-            .iter()
-            .map(|c| {
-                c.as_str()
-                    .map(str::to_string)
-                    .unwrap_or_else(|| c.to_string())
-            })
-            .collect()
-    }
+    use super::super::testing::{header, namespaced_meta, row, strs};
 
     #[test]
     fn services() {
@@ -204,7 +189,7 @@ mod tests {
                 ("Selector", 1)
             ]
         );
-        let svc = |spec: Value, status: Value| json!({"metadata": meta("web"), "spec": spec, "status": status});
+        let svc = |spec: Value, status: Value| json!({"metadata": namespaced_meta("web"), "spec": spec, "status": status});
         let cases = [
             (
                 svc(
@@ -311,7 +296,7 @@ mod tests {
 
     #[test]
     fn endpoints() {
-        let ep = |subsets: Value| json!({"metadata": meta("web"), "subsets": subsets});
+        let ep = |subsets: Value| json!({"metadata": namespaced_meta("web"), "subsets": subsets});
         let cases = [
             (json!([]), "<none>"),
             (

@@ -196,6 +196,12 @@ pub(crate) fn layout_containers(containers: &[Value]) -> (String, String) {
     (names.join(","), images.join(","))
 }
 
+/// [`layout_containers`] of the pod template's containers (`spec.template.spec.containers`), as the
+/// printers of workload controllers (deployments, replicasets, statefulsets, daemonsets, jobs) show them.
+pub(crate) fn template_containers(obj: &Value) -> (String, String) {
+    layout_containers(arr_at(obj, &["spec", "template", "spec", "containers"]))
+}
+
 /// `printBoolPtr`: `True`, `False`, or `<unset>`.
 pub(crate) fn bool_ptr(v: Option<bool>) -> &'static str {
     match v {

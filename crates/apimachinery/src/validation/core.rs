@@ -428,30 +428,40 @@ pub(crate) fn validate_core_event(ev: &Value) -> ErrorList {
                 "does not match event.namespace",
             ));
         }
-        let rc = str_or_empty(ev, &["reportingComponent"]);
-        if rc.is_empty() {
-            errs.push(FieldError::required(&root("reportingComponent"), ""));
-        }
-        errs.extend(
-            names::is_qualified_name(rc)
-                .into_iter()
-                .map(|m| FieldError::invalid(&root("reportingComponent"), rc, m)),
-        );
-        for (key, max) in [("reportingInstance", 128), ("action", 128), ("reason", 128)] {
-            let v = str_or_empty(ev, &[key]);
-            if v.is_empty() {
-                errs.push(FieldError::required(&root(key), ""));
-            } else if v.len() > max {
-                errs.push(FieldError::invalid(
-                    &root(key),
-                    "",
-                    format!("can have at most {max} characters"),
-                ));
-            }
-        }
+        errs.extend(validate_event_reporting(ev, "reportingComponent"));
     }
     for m in names::is_dns1123_subdomain(ns) {
         errs.push(FieldError::invalid(&root("namespace"), ns, m));
+    }
+    errs
+}
+
+/// The checks upstream's `ValidateEventCreate` makes of an event with `eventTime` (core `v1`) or of any
+/// `events.k8s.io` event: the reporter (`reporter_key`: `reportingComponent` in core, `reportingController`
+/// in `events.k8s.io`) is a required qualified name; `reportingInstance`, `action` and `reason` are
+/// required and at most 128 characters.
+pub(super) fn validate_event_reporting(ev: &Value, reporter_key: &str) -> ErrorList {
+    let mut errs = ErrorList::new();
+    let reporter = str_or_empty(ev, &[reporter_key]);
+    if reporter.is_empty() {
+        errs.push(FieldError::required(&root(reporter_key), ""));
+    }
+    errs.extend(
+        names::is_qualified_name(reporter)
+            .into_iter()
+            .map(|m| FieldError::invalid(&root(reporter_key), reporter, m)),
+    );
+    for (key, max) in [("reportingInstance", 128), ("action", 128), ("reason", 128)] {
+        let v = str_or_empty(ev, &[key]);
+        if v.is_empty() {
+            errs.push(FieldError::required(&root(key), ""));
+        } else if v.len() > max {
+            errs.push(FieldError::invalid(
+                &root(key),
+                "",
+                format!("can have at most {max} characters"),
+            ));
+        }
     }
     errs
 }

@@ -77,6 +77,19 @@ pub(crate) fn child_obj<'a>(
     }
 }
 
+/// The objects in the array `key` of `map`, to edit in place: none when the array is absent, and
+/// elements that are not objects skipped.
+pub(crate) fn each_obj<'a>(
+    map: &'a mut Map<String, Value>,
+    key: &str,
+) -> impl Iterator<Item = &'a mut Map<String, Value>> {
+    map.get_mut(key)
+        .and_then(Value::as_array_mut)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_object_mut)
+}
+
 /// Sets `key` to `value` when it is absent or `null`.
 pub(crate) fn set_default(map: &mut Map<String, Value>, key: &str, value: Value) {
     match map.get(key) {

@@ -9,6 +9,7 @@
 
 use serde_json::Value;
 
+use super::core::validate_event_reporting;
 use super::core_container::{validate_port_num_or_name, validate_protocol};
 use super::field::{ErrorList, FieldError, FieldPath};
 use super::json::{get, get_arr, get_bool, get_int, get_str, semantic_eq, str_or_empty};
@@ -120,27 +121,7 @@ fn events_v1(obj: &Value) -> ErrorList {
     if get(obj, &["eventTime"]).is_none() {
         errs.push(FieldError::required(&root("eventTime"), ""));
     }
-    let rc = str_or_empty(obj, &["reportingController"]);
-    if rc.is_empty() {
-        errs.push(FieldError::required(&root("reportingController"), ""));
-    }
-    errs.extend(
-        names::is_qualified_name(rc)
-            .into_iter()
-            .map(|m| FieldError::invalid(&root("reportingController"), rc, m)),
-    );
-    for (key, max) in [("reportingInstance", 128), ("action", 128), ("reason", 128)] {
-        let v = str_or_empty(obj, &[key]);
-        if v.is_empty() {
-            errs.push(FieldError::required(&root(key), ""));
-        } else if v.len() > max {
-            errs.push(FieldError::invalid(
-                &root(key),
-                "",
-                format!("can have at most {max} characters"),
-            ));
-        }
-    }
+    errs.extend(validate_event_reporting(obj, "reportingController"));
     if str_or_empty(obj, &["note"]).len() > 1024 {
         errs.push(FieldError::invalid(
             &root("note"),

@@ -1,5 +1,6 @@
 //! `rkube bench <scenario>`: benchmarks whose results are recorded in docs/benchmarks.md.
 
+mod api_bench;
 mod storage_bench;
 
 use clap::{Args, Subcommand};
@@ -14,10 +15,13 @@ pub struct BenchArgs {
 enum Scenario {
     /// Storage backends: durable writes/s and latency at several concurrencies, list, watch delivery.
     Storage(storage_bench::StorageBenchArgs),
+    /// A running API server over HTTPS: creates, GETs, LISTs and the watch fan-out, like a real client.
+    Api(api_bench::ApiBenchArgs),
 }
 
 pub async fn run(args: BenchArgs) -> Result<(), String> {
     match args.scenario {
         Scenario::Storage(args) => storage_bench::run(args).await,
+        Scenario::Api(args) => api_bench::run(args).await,
     }
 }

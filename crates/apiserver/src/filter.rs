@@ -13,7 +13,8 @@ pub struct Attrs {
     pub namespace: String,
     pub name: String,
     pub labels: Map<String, Value>,
-    /// Field name -> value, for the resource's selectable fields.
+    /// Field name -> value, for the resource's selectable fields beyond name and namespace (empty for
+    /// most resources: nothing is allocated for them).
     pub fields: Vec<(&'static str, String)>,
 }
 
@@ -22,13 +23,10 @@ impl Attrs {
         let namespace = crate::objects::namespace(obj).to_string();
         let name = crate::objects::name(obj).to_string();
         let labels = crate::objects::labels(obj).cloned().unwrap_or_default();
-        let mut fields = vec![
-            ("metadata.name", name.clone()),
-            ("metadata.namespace", namespace.clone()),
-        ];
-        for field in selectable_fields(group, resource) {
-            fields.push((field, field_value(obj, field)));
-        }
+        let fields = selectable_fields(group, resource)
+            .iter()
+            .map(|field| (*field, field_value(obj, field)))
+            .collect();
         Attrs {
             namespace,
             name,
@@ -38,10 +36,15 @@ impl Attrs {
     }
 
     fn field(&self, name: &str) -> Option<String> {
-        self.fields
-            .iter()
-            .find(|(f, _)| *f == name)
-            .map(|(_, v)| v.clone())
+        match name {
+            "metadata.name" => Some(self.name.clone()),
+            "metadata.namespace" => Some(self.namespace.clone()),
+            _ => self
+                .fields
+                .iter()
+                .find(|(f, _)| *f == name)
+                .map(|(_, v)| v.clone()),
+        }
     }
 }
 

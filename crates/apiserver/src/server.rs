@@ -118,7 +118,8 @@ pub async fn serve(
                     let (api, cert_user) = (api.clone(), cert_user.clone());
                     async move { Ok::<_, std::convert::Infallible>(handle(&api, cert_user, req).await) }
                 });
-                let mut builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                let mut builder =
+                    hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
                 // Clients multiplex many watches over one HTTP/2 connection; hyper-based clients queue
                 // streams past the limit instead of opening a new connection, so keep it generous.
                 builder.http2().max_concurrent_streams(1000);

@@ -33,7 +33,6 @@ const LOAD_PAGE: usize = 10_000;
 /// One object version as served.
 #[derive(Debug)]
 pub struct CachedObject {
-    pub key: String,
     /// JSON with metadata.resourceVersion set.
     pub json: Bytes,
     pub attrs: Attrs,
@@ -86,14 +85,13 @@ impl CacheEvent {
     /// An event read directly from the store (a watch older than the in-memory window).
     pub fn from_store(cache: &WatchCache, event: &storage::Event) -> Option<CacheEvent> {
         let rv = event.revision();
-        let key = event.kv.key.clone();
         let prev = event
             .prev
             .as_ref()
-            .and_then(|p| cache.make_object(key.clone(), &p.value, p.mod_revision));
+            .and_then(|p| cache.make_object(&p.value, p.mod_revision));
         match event.kind {
             EventKind::Put => {
-                let obj = cache.make_object(key, &event.kv.value, rv)?;
+                let obj = cache.make_object(&event.kv.value, rv)?;
                 Some(CacheEvent::new(rv, false, obj, prev))
             }
             EventKind::Delete => {
@@ -102,7 +100,7 @@ impl CacheEvent {
                     .as_ref()
                     .map(|p| p.value.clone())
                     .unwrap_or_default();
-                let obj = cache.make_object(key, &raw, rv)?;
+                let obj = cache.make_object(&raw, rv)?;
                 Some(CacheEvent::new(rv, true, obj, prev))
             }
         }
@@ -208,16 +206,11 @@ impl WatchCache {
         self.inner.write().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub fn make_object(&self, key: String, raw: &[u8], rv: i64) -> Option<Arc<CachedObject>> {
+    pub fn make_object(&self, raw: &[u8], rv: i64) -> Option<Arc<CachedObject>> {
         let json = objects::with_resource_version(raw, rv);
         let value: serde_json::Value = serde_json::from_slice(&json).ok()?;
         let attrs = Attrs::of(&self.group, &self.resource, &value);
-        Some(Arc::new(CachedObject {
-            key,
-            json,
-            attrs,
-            rv,
-        }))
+        Some(Arc::new(CachedObject { json, attrs, rv }))
     }
 
     /// The objects under `key_prefix` that `filter` selects, in key order.
@@ -287,7 +280,7 @@ impl WatchCache {
         let prev = inner.objects.get(&key).cloned();
         let cache_event = match event.kind {
             EventKind::Put => {
-                let Some(obj) = self.make_object(key.clone(), &event.kv.value, rv) else {
+                let Some(obj) = self.make_object(&event.kv.value, rv) else {
                     tracing::warn!(key, "watch cache: undecodable object skipped");
                     return;
                 };
@@ -301,7 +294,7 @@ impl WatchCache {
                     .as_ref()
                     .map(|p| p.value.clone())
                     .unwrap_or_default();
-                let Some(obj) = self.make_object(key, &raw, rv) else {
+                let Some(obj) = self.make_object(&raw, rv) else {
                     return;
                 };
                 CacheEvent::new(rv, true, obj, prev)
@@ -466,7 +459,7 @@ impl CacheSet {
                 let Some(cache) = self.get(storage) else {
                     continue;
                 };
-                if let Some(obj) = cache.make_object(kv.key.clone(), &kv.value, kv.mod_revision) {
+                if let Some(obj) = cache.make_object(&kv.value, kv.mod_revision) {
                     by_storage
                         .entry(storage.to_string())
                         .or_default()

@@ -26,6 +26,7 @@ use crate::{discovery, ApiServer};
 /// A running server: its address, and how to stop it.
 pub struct Running {
     pub addr: SocketAddr,
+    api: Arc<ApiServer>,
     shutdown: tokio::sync::watch::Sender<bool>,
     accept: tokio::task::JoinHandle<()>,
     compactor: tokio::task::JoinHandle<()>,
@@ -37,11 +38,13 @@ impl Running {
         let _ = self.accept.await;
     }
 
-    /// Stops accepting connections and background work.
+    /// Stops serving: no new connections, open ones (watches included) are closed, background work
+    /// stops and the store is closed, releasing its files, so the data dir can be opened again.
     pub async fn shutdown(self) {
         self.shutdown.send_replace(true);
         self.compactor.abort();
         let _ = self.accept.await;
+        self.api.store.close().await;
     }
 }
 
@@ -86,7 +89,10 @@ pub async fn serve(
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls_config(pki)?));
     let (shutdown, mut stop) = tokio::sync::watch::channel(false);
+    let running_api = api.clone();
     let accept = tokio::spawn(async move {
+        // Connection tasks are owned here, so that stopping the server closes them all.
+        let mut connections = tokio::task::JoinSet::new();
         loop {
             let (tcp, peer) = tokio::select! {
                 accepted = listener.accept() => match accepted {
@@ -96,11 +102,12 @@ pub async fn serve(
                         continue;
                     }
                 },
-                _ = stop.wait_for(|s| *s) => return,
+                Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+                _ = stop.wait_for(|s| *s) => break,
             };
             let _ = tcp.set_nodelay(true);
             let (acceptor, api) = (acceptor.clone(), api.clone());
-            tokio::spawn(async move {
+            connections.spawn(async move {
                 let tls = match acceptor.accept(tcp).await {
                     Ok(tls) => tls,
                     Err(e) => {
@@ -128,9 +135,12 @@ pub async fn serve(
                 }
             });
         }
+        connections.abort_all();
+        while connections.join_next().await.is_some() {}
     });
     Ok(Running {
         addr,
+        api: running_api,
         shutdown,
         accept,
         compactor,

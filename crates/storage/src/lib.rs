@@ -148,6 +148,10 @@ pub trait Store: Send + Sync + 'static {
 
     /// The number of keys under `prefix`.
     async fn count(&self, prefix: &str) -> Result<i64>;
+
+    /// Finishes pending writes, ends watches and releases files and connections; later calls fail
+    /// with [`Error::Closed`] where the backend can tell. The default does nothing.
+    async fn close(&self) {}
 }
 
 /// The end of the key range that holds every key starting with `prefix` (etcd's `GetPrefixRangeEnd`):

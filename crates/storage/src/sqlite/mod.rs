@@ -311,6 +311,10 @@ impl Store for SqliteStore {
         let prefix = prefix.to_string();
         self.read(move |conn| reader::count(conn, &prefix)).await
     }
+
+    async fn close(&self) {
+        SqliteStore::close(self).await
+    }
 }
 
 #[cfg(test)]

@@ -1,0 +1,71 @@
+//! Metadata-only informers (upstream client-go `metadata/metadatainformer` with
+//! `metadata/metadatalister`): list and watch `PartialObjectMetadata` instead of whole objects, for
+//! controllers that only need names, labels, owner references or finalizers (the garbage collector,
+//! namespace deletion). The server sends only `metadata`, which saves memory and bandwidth.
+//!
+//! The kube crate calls the type `PartialObjectMeta<K>` (`kube::core`); `K` keeps the kind known at
+//! compile time although no spec or status is decoded. The informer is an ordinary [`SharedInformer`]
+//! over that type, so stores, indexers and handlers work as for full objects.
+
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use futures::{FutureExt, StreamExt};
+use kube::api::{ListParams, ObjectList, WatchParams};
+use kube::core::PartialObjectMeta;
+use kube::{Api, Resource};
+use serde::de::DeserializeOwned;
+
+use super::reflector::{ListerWatcher, WatchStream};
+use super::shared::{InformerConfig, SharedInformer};
+
+/// Lists and watches the metadata of `K` (`Api::list_metadata` / `Api::watch_metadata`).
+pub struct MetadataListerWatcher<K> {
+    api: Api<K>,
+}
+
+impl<K> MetadataListerWatcher<K> {
+    pub fn new(api: Api<K>) -> Self {
+        MetadataListerWatcher { api }
+    }
+}
+
+impl<K> ListerWatcher<PartialObjectMeta<K>> for MetadataListerWatcher<K>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    fn list(
+        &self,
+        params: ListParams,
+    ) -> BoxFuture<'_, Result<ObjectList<PartialObjectMeta<K>>, kube::Error>> {
+        async move { self.api.list_metadata(&params).await }.boxed()
+    }
+
+    fn watch(
+        &self,
+        params: WatchParams,
+        resource_version: String,
+    ) -> BoxFuture<'_, Result<WatchStream<PartialObjectMeta<K>>, kube::Error>> {
+        async move {
+            let stream = self.api.watch_metadata(&params, &resource_version).await?;
+            Ok(stream.boxed())
+        }
+        .boxed()
+    }
+
+    fn describe(&self) -> String {
+        format!("{} (metadata)", self.api.resource_url())
+    }
+}
+
+/// An informer on the metadata of everything `api` can list.
+pub fn metadata_informer<K>(
+    api: Api<K>,
+    config: InformerConfig,
+) -> Arc<SharedInformer<PartialObjectMeta<K>>>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    SharedInformer::new(Arc::new(MetadataListerWatcher::new(api)), config)
+}

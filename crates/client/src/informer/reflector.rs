@@ -1,0 +1,464 @@
+//! The reflector: keeps a local cache in step with the API server by listing, then watching from the
+//! list's resourceVersion (upstream client-go `tools/cache/reflector.go`, `ListAndWatch`, and
+//! `listwatch.go`'s `ListerWatcher`).
+//!
+//! The loop, as upstream:
+//! - **list** all objects, page by page (`limit`/`continue`, 500 per page by default), and hand the
+//!   whole set to the sink as [`Delta::Replaced`]; the list's resourceVersion becomes the last synced one;
+//! - **watch** from the last synced resourceVersion with `allowWatchBookmarks=true` and a server-side
+//!   timeout (randomised between half and all of [`ReflectorConfig::watch_timeout`], as upstream spreads
+//!   its 5-10 min); every event's resourceVersion, bookmarks included, advances the last synced one;
+//! - when a watch ends or the connection drops, **resume** watching from the last synced resourceVersion
+//!   (with exponential backoff after failures, 800 ms doubling to 30 s, reset after a healthy watch);
+//! - a watch still open and silent [`WATCH_GRACE`] after its timeout is abandoned and resumed (a dead
+//!   connection; upstream relies on HTTP/2 health checks for this);
+//! - when the server answers **410 Gone** (the resourceVersion was compacted away, either on the watch
+//!   request or as an error event), **relist** and start over; the sink turns the difference between
+//!   the relist and its cache into updates and `DeletedFinalStateUnknown` tombstones.
+//!
+//! Differences from upstream, on purpose:
+//! - No DeltaFIFO between the reflector and the informer: the reflector task applies each delta to the
+//!   sink directly (the sink is cheap: a store write and a push to each handler's unbounded queue), so
+//!   there is no queue to compress and `Replaced` carries the whole list.
+//! - Lists always read the latest state (no `resourceVersion=0` first list served from a possibly
+//!   stale cache); rkube's API server serves consistent lists from its watch cache anyway.
+//! - No streaming lists (`sendInitialEvents`) yet.
+//! - kube-runtime's `watcher` does the same list/watch/resume/410 loop; this one is written on
+//!   `Api::list`/`Api::watch` through [`ListerWatcher`] so that the informer sees exactly when a relist
+//!   replaces its cache, tests can substitute a fake, and list/watch calls can be counted
+//!   ([`ReflectorStats`]).
+
+use std::fmt::Debug;
+use std::hash::{BuildHasher, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::future::BoxFuture;
+use futures::stream::BoxStream;
+use futures::{FutureExt, StreamExt};
+use kube::api::{ListParams, ObjectList, WatchEvent, WatchParams};
+use kube::{Api, Resource};
+use serde::de::DeserializeOwned;
+
+/// A stream of watch events as the kube crate yields them.
+pub type WatchStream<K> = BoxStream<'static, Result<WatchEvent<K>, kube::Error>>;
+
+/// Lists and watches one collection (upstream `cache.ListerWatcher`). [`ApiListerWatcher`] is the real
+/// one; the metadata-only one is [`super::metadata::MetadataListerWatcher`].
+pub trait ListerWatcher<K: Clone>: Send + Sync + 'static {
+    /// One page of the collection.
+    fn list(&self, params: ListParams) -> BoxFuture<'_, Result<ObjectList<K>, kube::Error>>;
+    /// Changes after `resource_version`.
+    fn watch(
+        &self,
+        params: WatchParams,
+        resource_version: String,
+    ) -> BoxFuture<'_, Result<WatchStream<K>, kube::Error>>;
+    /// What is listed, for logs (the collection's URL).
+    fn describe(&self) -> String;
+}
+
+/// Lists and watches through a kube [`Api`] (typed kinds and `DynamicObject` alike).
+pub struct ApiListerWatcher<K> {
+    api: Api<K>,
+}
+
+impl<K> ApiListerWatcher<K> {
+    pub fn new(api: Api<K>) -> Self {
+        ApiListerWatcher { api }
+    }
+}
+
+impl<K> ListerWatcher<K> for ApiListerWatcher<K>
+where
+    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    fn list(&self, params: ListParams) -> BoxFuture<'_, Result<ObjectList<K>, kube::Error>> {
+        async move { self.api.list(&params).await }.boxed()
+    }
+
+    fn watch(
+        &self,
+        params: WatchParams,
+        resource_version: String,
+    ) -> BoxFuture<'_, Result<WatchStream<K>, kube::Error>> {
+        async move {
+            let stream = self.api.watch(&params, &resource_version).await?;
+            Ok(stream.boxed())
+        }
+        .boxed()
+    }
+
+    fn describe(&self) -> String {
+        self.api.resource_url().to_string()
+    }
+}
+
+/// One change for the cache (upstream `cache.Delta`, without `Sync`: resyncs come from the informer).
+#[derive(Debug, Clone, PartialEq)]
+pub enum Delta<K> {
+    /// A full list: the cache becomes exactly these objects.
+    Replaced(Vec<K>),
+    Added(K),
+    Modified(K),
+    /// The object's last state, as the watch delivered it.
+    Deleted(K),
+}
+
+/// Where the reflector puts what it sees (the informer; upstream the DeltaFIFO's `Replace`/`Add`/...).
+pub trait DeltaSink<K>: Send + Sync {
+    fn apply(&self, delta: Delta<K>);
+}
+
+/// How the reflector lists and watches.
+#[derive(Clone, Debug)]
+pub struct ReflectorConfig {
+    pub label_selector: Option<String>,
+    pub field_selector: Option<String>,
+    /// Objects per list page; `None` lists in one response.
+    pub page_size: Option<u32>,
+    /// The longest server-side watch timeout; each watch asks for a random one between half of it and
+    /// all of it. At most 290 s (the kube crate refuses longer ones).
+    pub watch_timeout: Duration,
+    /// The first wait after a failed list or watch; doubled per failure up to `max_backoff`.
+    pub initial_backoff: Duration,
+    pub max_backoff: Duration,
+}
+
+impl Default for ReflectorConfig {
+    fn default() -> Self {
+        ReflectorConfig {
+            label_selector: None,
+            field_selector: None,
+            page_size: Some(500),
+            watch_timeout: Duration::from_secs(290),
+            initial_backoff: Duration::from_millis(800),
+            max_backoff: Duration::from_secs(30),
+        }
+    }
+}
+
+/// How long past its server-side timeout a silent watch is kept before it is abandoned.
+pub const WATCH_GRACE: Duration = Duration::from_secs(30);
+
+/// Counts of what the reflector did, for tests and metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ReflectorStats {
+    /// Complete lists (however many pages each took).
+    pub lists: u64,
+    /// Watch requests made.
+    pub watches: u64,
+    /// Relists caused by 410 Gone.
+    pub relists_after_gone: u64,
+    /// Added/Modified/Deleted events applied.
+    pub events: u64,
+    /// Bookmarks seen.
+    pub bookmarks: u64,
+}
+
+#[derive(Default)]
+struct Counters {
+    lists: AtomicU64,
+    watches: AtomicU64,
+    relists_after_gone: AtomicU64,
+    events: AtomicU64,
+    bookmarks: AtomicU64,
+}
+
+fn bump(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
+/// How one watch ended.
+enum WatchEnd {
+    /// Closed by the server (timeout) or by the connection; resume from the last resourceVersion.
+    /// `healthy` when it delivered events or lasted a while (no backoff needed).
+    Closed { healthy: bool },
+    /// An error; resume after backoff (restarted from the initial wait when events had arrived).
+    Failed { delivered: bool },
+    /// 410 Gone: relist.
+    Gone,
+}
+
+/// Lists and watches one collection into a [`DeltaSink`].
+pub struct Reflector<K: Clone> {
+    lw: Arc<dyn ListerWatcher<K>>,
+    config: ReflectorConfig,
+    counters: Counters,
+    last_sync_resource_version: Mutex<Option<String>>,
+}
+
+impl<K: Clone + 'static> Debug for Reflector<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Reflector")
+            .field("lw", &self.lw.describe())
+            .field("config", &self.config)
+            .finish()
+    }
+}
+
+/// Whether a kube error is 410 Gone (expired resourceVersion or continue token).
+pub fn is_gone(err: &kube::Error) -> bool {
+    matches!(err, kube::Error::Api(status) if status.code == 410)
+}
+
+/// A number in [0, 1) that differs per call (std's per-instance random hasher keys).
+fn random_fraction() -> f64 {
+    let bits = std::collections::hash_map::RandomState::new()
+        .build_hasher()
+        .finish();
+    (bits >> 11) as f64 / (1u64 << 53) as f64
+}
+
+struct Backoff {
+    initial: Duration,
+    max: Duration,
+    next: Duration,
+}
+
+impl Backoff {
+    fn new(initial: Duration, max: Duration) -> Backoff {
+        Backoff {
+            initial,
+            max,
+            next: initial,
+        }
+    }
+
+    /// The next wait, with up to 100% jitter added as upstream's `wait.Jitter(d, 1.0)` (capped at max).
+    fn next_delay(&mut self) -> Duration {
+        let base = self.next;
+        self.next = (self.next * 2).min(self.max);
+        base.mul_f64(1.0 + random_fraction())
+            .min(self.max.max(self.initial))
+    }
+
+    fn reset(&mut self) {
+        self.next = self.initial;
+    }
+}
+
+impl<K: Resource + Clone + Send + 'static> Reflector<K> {
+    pub fn new(lw: Arc<dyn ListerWatcher<K>>, config: ReflectorConfig) -> Reflector<K> {
+        Reflector {
+            lw,
+            config,
+            counters: Counters::default(),
+            last_sync_resource_version: Mutex::new(None),
+        }
+    }
+
+    pub fn config(&self) -> &ReflectorConfig {
+        &self.config
+    }
+
+    /// The collection listed, for logs.
+    pub fn describe(&self) -> String {
+        self.lw.describe()
+    }
+
+    pub fn stats(&self) -> ReflectorStats {
+        let c = &self.counters;
+        ReflectorStats {
+            lists: c.lists.load(Ordering::Relaxed),
+            watches: c.watches.load(Ordering::Relaxed),
+            relists_after_gone: c.relists_after_gone.load(Ordering::Relaxed),
+            events: c.events.load(Ordering::Relaxed),
+            bookmarks: c.bookmarks.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The resourceVersion the cache reflects (upstream `LastSyncResourceVersion`); `None` before the
+    /// first list.
+    pub fn last_sync_resource_version(&self) -> Option<String> {
+        self.last_sync_resource_version
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn set_last_sync(&self, rv: &str) {
+        *self
+            .last_sync_resource_version
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(rv.to_string());
+    }
+
+    /// Lists and watches forever; stop it by dropping the future.
+    pub async fn run(&self, sink: &dyn DeltaSink<K>) {
+        let mut backoff = Backoff::new(self.config.initial_backoff, self.config.max_backoff);
+        let mut resume: Option<String> = None;
+        loop {
+            let rv = match resume.take() {
+                Some(rv) => rv,
+                None => match self.list_all().await {
+                    Ok((items, rv)) => {
+                        tracing::debug!(resource = %self.lw.describe(), count = items.len(), %rv, "listed");
+                        sink.apply(Delta::Replaced(items));
+                        self.set_last_sync(&rv);
+                        backoff.reset();
+                        rv
+                    }
+                    Err(e) => {
+                        tracing::warn!(resource = %self.lw.describe(), error = %e, "list failed");
+                        tokio::time::sleep(backoff.next_delay()).await;
+                        continue;
+                    }
+                },
+            };
+            let (end, rv) = self.watch_once(rv, sink).await;
+            match end {
+                WatchEnd::Closed { healthy: true } => backoff.reset(),
+                WatchEnd::Closed { healthy: false } => {
+                    tokio::time::sleep(backoff.next_delay()).await;
+                }
+                WatchEnd::Failed { delivered } => {
+                    if delivered {
+                        backoff.reset();
+                    }
+                    tokio::time::sleep(backoff.next_delay()).await;
+                }
+                WatchEnd::Gone => {
+                    tracing::info!(resource = %self.lw.describe(), %rv, "resourceVersion too old (410 Gone): relisting");
+                    bump(&self.counters.relists_after_gone);
+                    continue;
+                }
+            }
+            resume = Some(rv);
+        }
+    }
+
+    fn list_params(&self, limit: Option<u32>, continue_token: Option<String>) -> ListParams {
+        ListParams {
+            label_selector: self.config.label_selector.clone(),
+            field_selector: self.config.field_selector.clone(),
+            limit,
+            continue_token,
+            ..ListParams::default()
+        }
+    }
+
+    /// Lists every page; returns the objects and the list's resourceVersion. An expired continue
+    /// token (410 between pages) falls back to one unpaged list, as upstream's pager does.
+    async fn list_all(&self) -> Result<(Vec<K>, String), kube::Error> {
+        let mut items = Vec::new();
+        let mut token: Option<String> = None;
+        let mut rv: Option<String> = None;
+        let mut limit = self.config.page_size;
+        loop {
+            let had_token = token.is_some();
+            let page = match self.lw.list(self.list_params(limit, token.take())).await {
+                Ok(page) => page,
+                Err(e) if had_token && is_gone(&e) => {
+                    tracing::info!(resource = %self.lw.describe(), "continue token expired: listing in one request");
+                    items.clear();
+                    rv = None;
+                    limit = None;
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            if rv.is_none() {
+                rv = page.metadata.resource_version.clone();
+            }
+            items.extend(page.items);
+            match page.metadata.continue_ {
+                Some(c) if !c.is_empty() => token = Some(c),
+                _ => break,
+            }
+        }
+        bump(&self.counters.lists);
+        Ok((items, rv.unwrap_or_default()))
+    }
+
+    fn watch_params(&self) -> WatchParams {
+        let max = self.config.watch_timeout.as_secs().clamp(1, 290);
+        let min = (max / 2).max(1);
+        let timeout = min + ((max - min) as f64 * random_fraction()) as u64;
+        WatchParams {
+            label_selector: self.config.label_selector.clone(),
+            field_selector: self.config.field_selector.clone(),
+            timeout: Some(timeout as u32),
+            bookmarks: true,
+            ..WatchParams::default()
+        }
+    }
+
+    /// One watch from `rv`; returns how it ended and the resourceVersion to resume from.
+    async fn watch_once(&self, mut rv: String, sink: &dyn DeltaSink<K>) -> (WatchEnd, String) {
+        bump(&self.counters.watches);
+        let started = Instant::now();
+        let params = self.watch_params();
+        let params_timeout = params.timeout.unwrap_or(290);
+        let mut stream = match self.lw.watch(params, rv.clone()).await {
+            Ok(stream) => stream,
+            Err(e) if is_gone(&e) => return (WatchEnd::Gone, rv),
+            Err(e) => {
+                tracing::debug!(resource = %self.lw.describe(), error = %e, "watch failed");
+                return (WatchEnd::Failed { delivered: false }, rv);
+            }
+        };
+        let mut delivered = false;
+        // The server ends the watch after its timeout; one that stays silent well past it (a dead
+        // connection the OS has not noticed, a server that never closes) is abandoned and resumed.
+        let deadline = tokio::time::Instant::from_std(started)
+            + Duration::from_secs(u64::from(params_timeout))
+            + WATCH_GRACE;
+        loop {
+            let item = match tokio::time::timeout_at(deadline, stream.next()).await {
+                Ok(Some(item)) => item,
+                Ok(None) => break,
+                Err(_) => {
+                    tracing::info!(resource = %self.lw.describe(), "watch outlived its timeout: reconnecting");
+                    return (WatchEnd::Closed { healthy: true }, rv);
+                }
+            };
+            let (delta, obj_rv) = match item {
+                Ok(WatchEvent::Added(o)) => {
+                    let v = o.meta().resource_version.clone();
+                    (Delta::Added(o), v)
+                }
+                Ok(WatchEvent::Modified(o)) => {
+                    let v = o.meta().resource_version.clone();
+                    (Delta::Modified(o), v)
+                }
+                Ok(WatchEvent::Deleted(o)) => {
+                    let v = o.meta().resource_version.clone();
+                    (Delta::Deleted(o), v)
+                }
+                Ok(WatchEvent::Bookmark(b)) => {
+                    bump(&self.counters.bookmarks);
+                    if !b.metadata.resource_version.is_empty() {
+                        rv = b.metadata.resource_version;
+                        self.set_last_sync(&rv);
+                    }
+                    continue;
+                }
+                Ok(WatchEvent::Error(status)) if status.code == 410 => return (WatchEnd::Gone, rv),
+                Ok(WatchEvent::Error(status)) => {
+                    tracing::warn!(resource = %self.lw.describe(), code = status.code, message = %status.message, "watch error event");
+                    return (WatchEnd::Failed { delivered }, rv);
+                }
+                Err(e) if is_gone(&e) => return (WatchEnd::Gone, rv),
+                Err(e) => {
+                    tracing::debug!(resource = %self.lw.describe(), error = %e, "watch stream broke");
+                    return (WatchEnd::Failed { delivered }, rv);
+                }
+            };
+            bump(&self.counters.events);
+            sink.apply(delta);
+            delivered = true;
+            if let Some(v) = obj_rv.filter(|v| !v.is_empty()) {
+                rv = v;
+                self.set_last_sync(&rv);
+            }
+        }
+        let healthy = delivered || started.elapsed() >= Duration::from_secs(1);
+        (WatchEnd::Closed { healthy }, rv)
+    }
+}
+
+#[cfg(test)]
+#[path = "reflector_tests.rs"]
+pub(crate) mod tests;

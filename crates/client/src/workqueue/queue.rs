@@ -18,12 +18,14 @@
 //! - `done` for an item that is not being processed is ignored; upstream would queue it a second time if
 //!   it were also dirty.
 //! - The pluggable inner `Queue[T]` storage (`Touch`/`Push`/`Pop`) is not offered: the order is FIFO.
-//! - Waiters park on a [`tokio::sync::Notify`] instead of a `sync.Cond`.
+//! - Waiters park on a [`tokio::sync::Notify`] instead of a `sync.Cond`, and `get` spends tokio's
+//!   cooperative budget so a worker that always finds work still yields its thread now and then.
 
 use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
 use std::hash::Hash;
 use std::pin::pin;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use tokio::sync::Notify;
@@ -217,12 +219,8 @@ where
             }
         };
         if let Some(metrics) = &self.inner.metrics {
-            metrics
-                .adds
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            metrics
-                .depth
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            metrics.adds.fetch_add(1, Ordering::Relaxed);
+            metrics.depth.fetch_add(1, Ordering::Relaxed);
         }
         drop(guard);
         // Only a push into `queue` makes work available; a dirty-while-processing mark does not.
@@ -236,6 +234,9 @@ where
     ///
     /// Cancel safe: if the returned future is dropped, no item is lost.
     pub async fn get(&self) -> Option<T> {
+        // Take part in tokio's cooperative scheduling as its channels do: a worker that always finds an
+        // item waiting would otherwise never yield its thread to other tasks.
+        tokio::task::consume_budget().await;
         if let Some(result) = self.try_take() {
             return result;
         }
@@ -268,9 +269,7 @@ where
         item_state.processing = true;
         state.processing += 1;
         if let (Some(metrics), Some(now)) = (&self.inner.metrics, now) {
-            metrics
-                .depth
-                .fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+            metrics.depth.fetch_sub(1, Ordering::Relaxed);
             if let Some(added) = item_state.added_at.take() {
                 metrics
                     .latency
@@ -381,9 +380,7 @@ where
     /// Counts a retry (an `add_after` / `add_rate_limited`) in the queue's metrics.
     pub(crate) fn record_retry(&self) {
         if let Some(metrics) = &self.inner.metrics {
-            metrics
-                .retries
-                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            metrics.retries.fetch_add(1, Ordering::Relaxed);
         }
     }
 

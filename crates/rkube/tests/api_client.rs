@@ -10,15 +10,7 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::ConfigMap;
 use kube::api::{Api, ListParams, PostParams, WatchEvent, WatchParams};
 use serde_json::json;
-use support::{Backend, Cluster};
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio runtime")
-}
+use support::{runtime, Backend, Cluster};
 
 fn cm(name: &str, value: &str) -> ConfigMap {
     serde_json::from_value(json!({

@@ -14,15 +14,7 @@ use kube::api::{
     Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams,
 };
 use serde_json::{json, Value};
-use support::{Backend, Cluster};
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio runtime")
-}
+use support::{runtime, Backend, Cluster};
 
 fn from<T: k8s_openapi::serde::de::DeserializeOwned>(v: Value) -> T {
     serde_json::from_value(v).expect("valid object")

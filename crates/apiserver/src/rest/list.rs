@@ -81,15 +81,7 @@ pub async fn list(ctx: &Ctx<'_>) -> Result<Response<Body>, ApiError> {
         };
         from_store(ctx, &filter, limit, at).await?
     } else {
-        let target = if rv.is_empty() {
-            ctx.api
-                .store
-                .current_revision()
-                .await
-                .map_err(storage_error)?
-        } else {
-            rv_num
-        };
+        let target = ctx.cache_target(rv, rv_num).await?;
         if !ctx.api.caches.wait_for(target, CACHE_WAIT).await {
             if rv.is_empty() {
                 // The cache is behind: read the store instead of failing.

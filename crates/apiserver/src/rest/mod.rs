@@ -87,18 +87,16 @@ impl Ctx<'_> {
 
     /// The current stored object, or 404.
     pub async fn current(&self, namespace: &str, name: &str) -> Result<(Value, i64), ApiError> {
-        let key = self.key(namespace, name);
-        let kv = self
-            .api
-            .store
-            .get(&key)
-            .await
-            .map_err(storage_error)?
-            .ok_or_else(|| ApiError::not_found(&self.qualified(), name))?;
-        let obj = objects::decode_stored(&kv.value, kv.mod_revision).map_err(|e| {
-            ApiError::internal(format!("stored object {key} is not valid JSON: {e}"))
+        let json = self.current_json(namespace, name).await?;
+        let obj: Value = serde_json::from_slice(&json).map_err(|e| {
+            ApiError::internal(format!(
+                "stored object {namespace}/{name} is not valid JSON: {e}"
+            ))
         })?;
-        Ok((obj, kv.mod_revision))
+        let rv = objects::meta_str(&obj, "resourceVersion")
+            .and_then(|rv| rv.parse().ok())
+            .unwrap_or(0);
+        Ok((obj, rv))
     }
 
     /// The current stored object as served JSON bytes (no decoding), or 404.
@@ -112,6 +110,20 @@ impl Ctx<'_> {
             .map_err(storage_error)?
             .ok_or_else(|| ApiError::not_found(&self.qualified(), name))?;
         Ok(objects::with_resource_version(&kv.value, kv.mod_revision))
+    }
+
+    /// The revision the watch cache must reach before serving: the store's current one for a consistent
+    /// read (`resourceVersion` unset), else the one asked for.
+    pub async fn cache_target(&self, rv: &str, rv_num: i64) -> Result<i64, ApiError> {
+        if rv.is_empty() {
+            self.api
+                .store
+                .current_revision()
+                .await
+                .map_err(storage_error)
+        } else {
+            Ok(rv_num)
+        }
     }
 
     /// Serves one object in the negotiated representation.

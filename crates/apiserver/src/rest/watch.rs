@@ -52,15 +52,7 @@ pub async fn watch(ctx: &Ctx<'_>) -> Result<Response<Body>, ApiError> {
     };
 
     let caches = &ctx.api.caches;
-    let target = if rv.is_empty() {
-        ctx.api
-            .store
-            .current_revision()
-            .await
-            .map_err(storage_error)?
-    } else {
-        rv_num
-    };
+    let target = ctx.cache_target(rv, rv_num).await?;
     if !caches.wait_for(target, CACHE_WAIT).await {
         return Err(ApiError::too_large_resource_version(
             target,

@@ -219,6 +219,15 @@ fn wait_with_timeout(mut child: Child, timeout: Duration, args: &[&str]) -> Outp
     }
 }
 
+/// A small runtime for a test body (the tests themselves are plain `#[test]` functions).
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
 /// Generates a `_sqlite` and an `_etcd` variant of each test body `fn(Backend)`.
 #[macro_export]
 macro_rules! on_both_backends {

@@ -27,6 +27,9 @@ pub struct Resource {
     pub storage: String,
     /// `metadata.generation` is maintained (set to 1 on create, bumped on spec change).
     pub generation: bool,
+    /// Served from a CustomResourceDefinition (no typed form; printed as upstream prints custom
+    /// resources).
+    pub custom: bool,
 }
 
 impl Resource {
@@ -477,6 +480,7 @@ pub fn builtin() -> Vec<Resource> {
                 subresources: spec.sub.iter().map(|s| s.to_string()).collect(),
                 storage: spec.storage.unwrap_or(spec.plural).to_string(),
                 generation: spec.generation,
+                custom: false,
             });
         }
     }

@@ -9,6 +9,7 @@ pub mod allocator;
 pub mod authn;
 pub mod bootstrap;
 pub mod certs;
+pub mod crd;
 pub mod discovery;
 pub mod filter;
 pub mod objects;
@@ -141,6 +142,7 @@ pub async fn start(config: Config) -> Result<Running, String> {
         return Err("the watch cache did not load within 60 s".into());
     }
     bootstrap::ensure_defaults(&api).await?;
+    tokio::spawn(crd::run(api.clone()));
     let compactor = {
         let caches = caches.clone();
         storage::compaction::spawn_auto_compaction_with(

@@ -385,6 +385,16 @@ impl CacheSet {
             .clone()
     }
 
+    /// The cache of a storage prefix met in the store, made on first sight: custom resources' prefixes
+    /// (`<group>/<plural>`) appear when their CRD is created, and on start before the CRDs are read.
+    fn ensure_storage(&self, storage: &str) -> Arc<WatchCache> {
+        if let Some(c) = self.get(storage) {
+            return c;
+        }
+        let (group, resource) = storage.split_once('/').unwrap_or(("", storage));
+        self.ensure(storage, group, resource)
+    }
+
     pub fn get(&self, storage: &str) -> Option<Arc<WatchCache>> {
         self.caches
             .read()
@@ -456,9 +466,7 @@ impl CacheSet {
                 let Some(storage) = storage_of(&kv.key) else {
                     continue;
                 };
-                let Some(cache) = self.get(storage) else {
-                    continue;
-                };
+                let cache = self.ensure_storage(storage);
                 if let Some(obj) = cache.make_object(&kv.value, kv.mod_revision) {
                     by_storage
                         .entry(storage.to_string())
@@ -489,8 +497,8 @@ impl CacheSet {
         while let Some(item) = stream.next().await {
             let event = item?;
             let rv = event.revision();
-            if let Some(cache) = storage_of(&event.kv.key).and_then(|s| self.get(s)) {
-                cache.apply(&event);
+            if let Some(storage) = storage_of(&event.kv.key) {
+                self.ensure_storage(storage).apply(&event);
             }
             self.revision.send_replace(rv);
         }

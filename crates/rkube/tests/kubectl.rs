@@ -545,7 +545,138 @@ fn authentication_and_health(backend: Backend) {
     assert_eq!(health, "ok");
 }
 
+const WIDGET_CRD: &str = r#"
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: widgets.example.com
+spec:
+  group: example.com
+  scope: Namespaced
+  names: {kind: Widget, plural: widgets, singular: widget, shortNames: [wd]}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    subresources: {status: {}}
+    schema:
+      openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
+"#;
+
+/// A CRD is established and served (discovery, CRUD, patch, status, watch cache), survives a restart,
+/// and its objects go away with it.
+fn custom_resources(backend: Backend) {
+    let mut c = Cluster::start(backend);
+    c.kubectl_in(&["apply", "-f", "-"], Some(WIDGET_CRD));
+    c.kubectl(&[
+        "wait",
+        "--for=condition=established",
+        "crd/widgets.example.com",
+        "--timeout=20s",
+    ]);
+    let resources = c.kubectl(&["api-resources", "--api-group=example.com"]);
+    assert!(
+        resources.contains("widgets") && resources.contains("wd") && resources.contains("Widget"),
+        "{resources}"
+    );
+    let widget = |name: &str, size: u32| {
+        format!("apiVersion: example.com/v1\nkind: Widget\nmetadata:\n  name: {name}\n  labels: {{color: blue}}\nspec:\n  size: {size}\n")
+    };
+    c.kubectl_in(&["apply", "-f", "-"], Some(&widget("w1", 1)));
+    c.kubectl_in(&["create", "-f", "-"], Some(&widget("w2", 2)));
+    let header: Vec<String> = c
+        .kubectl(&["get", "wd"])
+        .lines()
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .map(str::to_string)
+        .collect();
+    assert_eq!(header, ["NAME", "AGE"]);
+    c.kubectl(&[
+        "patch",
+        "wd",
+        "w1",
+        "--type=merge",
+        "-p",
+        r#"{"spec":{"size":5},"status":{"ready":true}}"#,
+    ]);
+    let w1 = get_json(&c, &["get", "widget", "w1"]);
+    assert_eq!(w1["spec"]["size"], 5);
+    assert_eq!(w1["metadata"]["generation"], 2);
+    assert!(w1.get("status").is_none(), "status is a subresource: {w1}");
+    c.kubectl(&[
+        "patch",
+        "wd",
+        "w1",
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        r#"{"status":{"ready":true}}"#,
+    ]);
+    assert_eq!(
+        get_json(&c, &["get", "widget", "w1"])["status"]["ready"],
+        true
+    );
+    c.kubectl(&["label", "wd", "w2", "color=red", "--overwrite"]);
+    assert_eq!(
+        c.kubectl(&["get", "wd", "-l", "color=red", "-o", "name"])
+            .trim(),
+        "widget.example.com/w2"
+    );
+
+    c.restart();
+    c.kubectl(&[
+        "wait",
+        "--for=condition=established",
+        "crd/widgets.example.com",
+        "--timeout=20s",
+    ]);
+    let mut names: Vec<String> = c
+        .kubectl(&["get", "wd", "-o", "name"])
+        .lines()
+        .map(str::to_string)
+        .collect();
+    names.sort();
+    assert_eq!(names, ["widget.example.com/w1", "widget.example.com/w2"]);
+
+    c.kubectl(&["delete", "crd", "widgets.example.com"]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let out = c.kubectl_output(
+            &[
+                "get",
+                "--raw",
+                "/apis/example.com/v1/namespaces/default/widgets",
+            ],
+            None,
+        );
+        if !out.status.success() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the CRD's resource is still served"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    // Re-creating the CRD brings back no old objects.
+    c.kubectl_in(&["apply", "-f", "-"], Some(WIDGET_CRD));
+    c.kubectl(&[
+        "wait",
+        "--for=condition=established",
+        "crd/widgets.example.com",
+        "--timeout=20s",
+    ]);
+    let left = c.kubectl_output(&["get", "wd", "-o", "name"], None);
+    assert!(
+        String::from_utf8_lossy(&left.stdout).trim().is_empty(),
+        "{left:?}"
+    );
+}
+
 on_both_backends!(
+    custom_resources,
     authentication_and_health,
     seed_objects_show_upstream_defaults,
     get_headers_match_upstream,

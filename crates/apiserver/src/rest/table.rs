@@ -26,14 +26,20 @@ pub fn table(
     continue_token: Option<&str>,
 ) -> Value {
     let now = SystemTime::now();
-    let columns: Vec<Value> = apimachinery::printers::columns(&resource.group, &resource.plural)
-        .iter()
-        .map(|c| c.to_json())
-        .collect();
+    let columns = if resource.custom {
+        apimachinery::printers::custom_resource_columns()
+    } else {
+        apimachinery::printers::columns(&resource.group, &resource.plural)
+    };
+    let columns: Vec<Value> = columns.iter().map(|c| c.to_json()).collect();
     let rows: Vec<Value> = objects
         .iter()
         .map(|obj| {
-            let cells = apimachinery::printers::cells(&resource.group, &resource.plural, obj, now);
+            let cells = if resource.custom {
+                apimachinery::printers::custom_resource_cells(obj, now)
+            } else {
+                apimachinery::printers::cells(&resource.group, &resource.plural, obj, now)
+            };
             let mut row = json!({"cells": cells});
             if let Some(conditions) =
                 apimachinery::printers::row_conditions(&resource.group, &resource.plural, obj)

@@ -400,6 +400,73 @@ const BUILTIN: &[Spec] = &[
         &[],
         &[],
     ),
+    // Reviews: created and answered, never stored.
+    verbs(
+        s(
+            "authentication.k8s.io",
+            "SelfSubjectReview",
+            "selfsubjectreviews",
+            CLUSTER,
+            &[],
+            &[],
+        ),
+        &["create"],
+    ),
+    verbs(
+        s(
+            "authentication.k8s.io",
+            "TokenReview",
+            "tokenreviews",
+            CLUSTER,
+            &[],
+            &[],
+        ),
+        &["create"],
+    ),
+    verbs(
+        s(
+            "authorization.k8s.io",
+            "LocalSubjectAccessReview",
+            "localsubjectaccessreviews",
+            NS,
+            &[],
+            &[],
+        ),
+        &["create"],
+    ),
+    verbs(
+        s(
+            "authorization.k8s.io",
+            "SelfSubjectAccessReview",
+            "selfsubjectaccessreviews",
+            CLUSTER,
+            &[],
+            &[],
+        ),
+        &["create"],
+    ),
+    verbs(
+        s(
+            "authorization.k8s.io",
+            "SelfSubjectRulesReview",
+            "selfsubjectrulesreviews",
+            CLUSTER,
+            &[],
+            &[],
+        ),
+        &["create"],
+    ),
+    verbs(
+        s(
+            "authorization.k8s.io",
+            "SubjectAccessReview",
+            "subjectaccessreviews",
+            CLUSTER,
+            &[],
+            &[],
+        ),
+        &["create"],
+    ),
     s(
         "certificates.k8s.io",
         "CertificateSigningRequest",

@@ -170,7 +170,7 @@ async fn handle(
         return public(&path);
     }
     let user = cert_user.or_else(|| api.tokens.authenticate(&parts.headers));
-    let Some(_user) = user else {
+    let Some(user) = user else {
         return response::error_response(&ApiError::unauthorized());
     };
     // Read past the limit (to a hard cap) so the client gets its 413 instead of a reset connection.
@@ -194,7 +194,17 @@ async fn handle(
             decode_limit()
         )));
     }
-    match route(api, &parts.method, &path, &query, &parts.headers, body).await {
+    match route(
+        api,
+        &user,
+        &parts.method,
+        &path,
+        &query,
+        &parts.headers,
+        body,
+    )
+    .await
+    {
         Ok(resp) => resp,
         Err(e) => response::error_response(&e),
     }
@@ -233,6 +243,7 @@ fn not_found() -> ApiError {
 
 async fn route(
     api: &Arc<ApiServer>,
+    user: &UserInfo,
     method: &Method,
     path: &str,
     query: &Query,
@@ -267,7 +278,9 @@ async fn route(
             discovery::api_resource_list(&snap(), &group, &version)
                 .map_or_else(|| Err(not_found()), discovery_json)
         }
-        Target::Resource(req) => crate::rest::handle(api, &req, query, headers, body).await,
+        Target::Resource(req) => {
+            crate::rest::handle(api, Some(user), &req, query, headers, body).await
+        }
         Target::NonResource if path == "/openapi/v3" || path == "/openapi/v3/" => {
             discovery_json(crate::openapi::root(&snap()))
         }

@@ -425,7 +425,37 @@ fn services_get_unique_addresses_and_ports(backend: Backend) {
     });
 }
 
+/// The review resources answer at once and store nothing (no authorization yet: everything is allowed).
+fn reviews_answer_without_storing(backend: Backend) {
+    let c = Cluster::start(backend);
+    runtime().block_on(async {
+        let client = c.client().await;
+        let post = |path: &str, body: Value| {
+            let req = http::Request::post(path)
+                .header("Content-Type", "application/json")
+                .body(serde_json::to_vec(&body).unwrap())
+                .unwrap();
+            let client = client.clone();
+            async move { serde_json::from_str::<Value>(&client.request_text(req).await.expect("review")).unwrap() }
+        };
+        let me = post("/apis/authentication.k8s.io/v1/selfsubjectreviews", json!({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"})).await;
+        assert_eq!(me["status"]["userInfo"]["username"], "kubernetes-admin");
+        assert!(me["status"]["userInfo"]["groups"].as_array().unwrap().iter().any(|g| g == "system:masters"));
+        let access = post(
+            "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews",
+            json!({"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview", "spec": {"resourceAttributes": {"verb": "create", "resource": "pods", "namespace": "default"}}}),
+        )
+        .await;
+        assert_eq!(access["status"]["allowed"], true);
+        let token = post("/apis/authentication.k8s.io/v1/tokenreviews", json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {"token": "nope"}})).await;
+        assert_eq!(token["status"]["authenticated"], false);
+        let req = http::Request::get("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews").body(Vec::new()).unwrap();
+        assert_eq!(code(client.request_text(req).await.expect_err("not listable")), 405);
+    });
+}
+
 on_both_backends!(
+    reviews_answer_without_storing,
     pods_are_deleted_gracefully_once_bound,
     finalizers_and_propagation_policy,
     namespace_lifecycle,

@@ -6,6 +6,7 @@ mod decode;
 mod delete;
 mod list;
 mod read;
+mod reviews;
 pub mod strategy;
 mod table;
 pub mod typed;
@@ -170,6 +171,7 @@ pub fn storage_error(e: storage::Error) -> ApiError {
 /// Serves a resource request.
 pub async fn handle(
     api: &Arc<ApiServer>,
+    user: Option<&crate::authn::UserInfo>,
     req: &ResourceRequest,
     query: &Query,
     headers: &HeaderMap,
@@ -204,14 +206,14 @@ pub async fn handle(
             subresource: Some("binding".into()),
             ..req.clone()
         };
-        return Box::pin(handle(api, &pod_req, query, headers, body)).await;
+        return Box::pin(handle(api, user, &pod_req, query, headers, body)).await;
     }
     let snapshot = api.registry.snapshot();
     let Some(resource) = snapshot.get(&req.group, &req.version, &req.resource) else {
         // `namespaces/<name>/status|finalize` first parses as a namespaced resource of that name.
         if let Some(ns_req) = req.as_namespace_subresource() {
             if snapshot.get("", &ns_req.version, "namespaces").is_some() && req.group.is_empty() {
-                return Box::pin(handle(api, &ns_req, query, headers, body)).await;
+                return Box::pin(handle(api, user, &ns_req, query, headers, body)).await;
             }
         }
         return Err(ApiError {
@@ -253,6 +255,9 @@ pub async fn handle(
         query,
         headers,
     };
+    if req.verb == Verb::Create && reviews::is_review(&ctx.resource.group, &ctx.resource.plural) {
+        return reviews::create(&ctx, user, body);
+    }
     match (req.verb, req.subresource.as_deref()) {
         (Verb::Get, None) => read::get(&ctx).await,
         (Verb::Get, Some(sub)) => read::get_subresource(&ctx, sub).await,

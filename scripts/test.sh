@@ -22,4 +22,4 @@ etcd --version | head -n 1
 # --- checks and tests ------------------------------------------------------------------------------
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
-cargo test --workspace --locked
+cargo test --workspace --locked --no-fail-fast

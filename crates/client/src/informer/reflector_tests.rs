@@ -183,7 +183,8 @@ async fn informer_reflector_resumes_from_last_event_and_bookmark() {
         ))))
         .watch(Ok(vec![Ok(WatchEvent::Deleted(cm("b", 11)))]));
     let (deltas, stats) = run_until(lw.clone(), fast(), |lw| lw.watched_from().len() >= 5).await;
-    assert_eq!(lw.watched_from(), vec!["5", "9", "10", "10", "11"]);
+    // The reflector may already have opened one more watch when it is stopped: pin the first ones.
+    assert_eq!(lw.watched_from()[..5], ["5", "9", "10", "10", "11"]);
     assert_eq!(
         deltas,
         vec![
@@ -219,7 +220,7 @@ async fn informer_reflector_relists_after_gone() {
         ]))
         .watch(Err(gone()));
     let (deltas, stats) = run_until(lw.clone(), fast(), |lw| lw.watched_from().len() >= 3).await;
-    assert_eq!(lw.watched_from(), vec!["5", "21", "31"]);
+    assert_eq!(lw.watched_from()[..3], ["5", "21", "31"]);
     assert_eq!(
         deltas,
         vec![
@@ -251,7 +252,7 @@ async fn informer_reflector_pages_and_falls_back_when_the_token_expires() {
     assert_eq!(calls[2].limit, None);
     assert_eq!(calls[2].continue_token, None);
     assert_eq!(deltas, vec![Delta::Replaced(vec![cm("a", 1), cm("b", 2)])]);
-    assert_eq!(lw.watched_from(), vec!["8"]);
+    assert_eq!(lw.watched_from()[..1], ["8"]);
 }
 
 #[tokio::test(start_paused = true)]
@@ -266,6 +267,12 @@ async fn informer_reflector_abandons_a_watch_silent_past_its_timeout() {
     let start = tokio::time::Instant::now();
     let (_, stats) = run_until(lw.clone(), config, |lw| lw.watched_from().len() >= 2).await;
     assert!(start.elapsed() >= Duration::from_secs(5) + WATCH_GRACE);
-    assert_eq!(lw.watched_from(), vec!["4", "4"]);
+    // The silent watch was abandoned and a new one resumed from the same revision; one more may have
+    // started by the time the reflector is stopped, so only the first two are pinned.
+    let watched = lw.watched_from();
+    assert!(
+        watched.len() >= 2 && watched.iter().all(|rv| rv == "4"),
+        "{watched:?}"
+    );
     assert_eq!(stats.lists, 1);
 }

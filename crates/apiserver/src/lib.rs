@@ -12,6 +12,7 @@ pub mod certs;
 pub mod crd;
 pub mod discovery;
 pub mod filter;
+pub mod metrics;
 pub mod objects;
 pub mod openapi;
 pub mod request;
@@ -80,11 +81,22 @@ pub struct ApiServer {
     pub secure_port: u16,
     pub server_address: String,
     pub bookmark_interval: Duration,
+    pub metrics: Arc<metrics::ApiMetrics>,
+    /// Appended to `/metrics` (the all-in-one server adds its components' metrics).
+    pub extra_metrics: Option<metrics::ExtraMetrics>,
 }
 
 /// Opens the store, loads the caches, creates the bootstrap objects, writes the certificates and
 /// `<data-dir>/admin.kubeconfig`, and starts serving. Returns once the server accepts connections.
 pub async fn start(config: Config) -> Result<Running, String> {
+    start_with_metrics(config, None).await
+}
+
+/// As [`start`], with more text for `/metrics` from the embedding process.
+pub async fn start_with_metrics(
+    config: Config,
+    extra_metrics: Option<metrics::ExtraMetrics>,
+) -> Result<Running, String> {
     std::fs::create_dir_all(&config.data_dir)
         .map_err(|e| format!("cannot create data dir {}: {e}", config.data_dir.display()))?;
     let store: Arc<dyn Store> = match &config.storage {
@@ -135,6 +147,8 @@ pub async fn start(config: Config) -> Result<Running, String> {
         secure_port: local.port(),
         server_address: format!("{client_host}:{}", local.port()),
         bookmark_interval: config.bookmark_interval,
+        metrics: Arc::default(),
+        extra_metrics,
     });
     let current = store.current_revision().await.map_err(|e| e.to_string())?;
     tokio::spawn(caches.clone().run(store.clone()));

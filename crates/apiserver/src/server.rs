@@ -194,7 +194,9 @@ async fn handle(
             decode_limit()
         )));
     }
-    match route(
+    let started = std::time::Instant::now();
+    let target = request::parse(&parts.method, &path, &query).ok();
+    let resp = match route(
         api,
         &user,
         &parts.method,
@@ -207,7 +209,28 @@ async fn handle(
     {
         Ok(resp) => resp,
         Err(e) => response::error_response(&e),
+    };
+    if let Some(Target::Resource(r)) = target {
+        let verb = match r.verb {
+            request::Verb::Create => "POST".to_string(),
+            request::Verb::Update => "PUT".to_string(),
+            v => v.as_str().to_ascii_uppercase(),
+        };
+        let resource = match &r.subresource {
+            Some(sub) => format!("{}/{sub}", r.resource),
+            None => r.resource.clone(),
+        };
+        let code = resp.status().as_u16();
+        api.metrics.record(
+            &verb,
+            &r.group,
+            &r.version,
+            &resource,
+            code,
+            started.elapsed(),
+        );
     }
+    resp
 }
 
 fn public(path: &str) -> Response<Body> {
@@ -280,6 +303,17 @@ async fn route(
         }
         Target::Resource(req) => {
             crate::rest::handle(api, Some(user), &req, query, headers, body).await
+        }
+        Target::NonResource if path == "/metrics" => {
+            let mut text = api.metrics.render();
+            if let Some(extra) = &api.extra_metrics {
+                text.push_str(&extra());
+            }
+            Ok(response::bytes_response(
+                StatusCode::OK,
+                "text/plain; version=0.0.4; charset=utf-8",
+                text,
+            ))
         }
         Target::NonResource if path == "/openapi/v3" || path == "/openapi/v3/" => {
             discovery_json(crate::openapi::root(&snap()))

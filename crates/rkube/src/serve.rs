@@ -92,7 +92,10 @@ impl ServeArgs {
 }
 
 pub async fn run(args: ServeArgs) -> Result<(), String> {
-    let running = apiserver::start(args.config()?).await?;
+    // The components' work queue metrics are served on the API server's /metrics.
+    let queues: apiserver::metrics::ExtraMetrics =
+        std::sync::Arc::new(|| client::workqueue::MetricsRegistry::global().render());
+    let running = apiserver::start_with_metrics(args.config()?, Some(queues)).await?;
     eprintln!(
         "rkube: serving on https://{} ; kubeconfig: {}",
         running.addr,

@@ -543,6 +543,12 @@ fn authentication_and_health(backend: Backend) {
     );
     let health = c.kubectl(&["get", "--raw", "/healthz"]);
     assert_eq!(health, "ok");
+    // Metrics need credentials, and count what was asked.
+    let out = anonymous(&["get", "--raw", "/metrics"]);
+    assert!(!out.status.success());
+    let metrics = c.kubectl(&["get", "--raw", "/metrics"]);
+    assert!(metrics.contains("apiserver_request_total{code=\"200\",group=\"\",resource=\"namespaces\",verb=\"LIST\",version=\"v1\"}"), "{metrics}");
+    assert!(metrics.contains("# TYPE apiserver_request_duration_seconds histogram"));
 }
 
 const WIDGET_CRD: &str = r#"

@@ -102,7 +102,11 @@ pub async fn watch(ctx: &Ctx<'_>) -> Result<Response<Body>, ApiError> {
         bookmark_interval: ctx.api.bookmark_interval,
         timeout,
     };
-    tokio::spawn(stream.run(initial, live, start_rv, out));
+    let open = ctx.api.metrics.watch_started();
+    tokio::spawn(async move {
+        stream.run(initial, live, start_rv, out).await;
+        drop(open);
+    });
     let mut resp = Response::new(response::streaming(body));
     *resp.status_mut() = StatusCode::OK;
     resp.headers_mut().insert(

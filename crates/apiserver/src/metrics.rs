@@ -1,0 +1,163 @@
+//! `/metrics` in Prometheus text format (upstream `endpoints/metrics`): request counts by verb,
+//! resource and code, request latency by verb, and open watches; plus whatever the embedding process
+//! adds (the all-in-one server adds its components' work queue metrics).
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// Upstream's `apiserver_request_duration_seconds` buckets (a subset).
+const BUCKETS: &[f64] = &[
+    0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.25, 1.5, 2.0, 3.0, 4.0, 5.0, 10.0, 30.0,
+    60.0,
+];
+
+/// Extra text appended to `/metrics` by the embedding process.
+pub type ExtraMetrics = Arc<dyn Fn() -> String + Send + Sync>;
+
+#[derive(Default)]
+struct Histogram {
+    counts: Vec<u64>,
+    sum: f64,
+    count: u64,
+}
+
+#[derive(Default)]
+pub struct ApiMetrics {
+    /// (verb, group, version, resource, code) -> count
+    requests: Mutex<BTreeMap<(String, String, String, String, u16), u64>>,
+    /// verb -> latency histogram
+    latency: Mutex<BTreeMap<String, Histogram>>,
+    watches: AtomicI64,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl ApiMetrics {
+    pub fn record(
+        &self,
+        verb: &str,
+        group: &str,
+        version: &str,
+        resource: &str,
+        code: u16,
+        took: Duration,
+    ) {
+        let key = (
+            verb.to_string(),
+            group.to_string(),
+            version.to_string(),
+            resource.to_string(),
+            code,
+        );
+        *lock(&self.requests).entry(key).or_default() += 1;
+        if verb == "WATCH" {
+            return;
+        }
+        let mut latency = lock(&self.latency);
+        let h = latency.entry(verb.to_string()).or_default();
+        if h.counts.is_empty() {
+            h.counts = vec![0; BUCKETS.len()];
+        }
+        let secs = took.as_secs_f64();
+        for (i, bound) in BUCKETS.iter().enumerate() {
+            if secs <= *bound {
+                h.counts[i] += 1;
+            }
+        }
+        h.sum += secs;
+        h.count += 1;
+    }
+
+    /// Counts a watch stream while the returned guard lives.
+    pub fn watch_started(self: &Arc<Self>) -> WatchGuard {
+        self.watches.fetch_add(1, Ordering::Relaxed);
+        WatchGuard(self.clone())
+    }
+
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        out.push_str("# HELP apiserver_request_total Counter of apiserver requests broken out for each verb, group, version, resource and HTTP response code.\n");
+        out.push_str("# TYPE apiserver_request_total counter\n");
+        for ((verb, group, version, resource, code), n) in lock(&self.requests).iter() {
+            let _ = writeln!(
+                out,
+                "apiserver_request_total{{code=\"{code}\",group=\"{group}\",resource=\"{resource}\",verb=\"{verb}\",version=\"{version}\"}} {n}"
+            );
+        }
+        out.push_str("# HELP apiserver_request_duration_seconds Response latency distribution in seconds for each verb.\n");
+        out.push_str("# TYPE apiserver_request_duration_seconds histogram\n");
+        for (verb, h) in lock(&self.latency).iter() {
+            for (bound, n) in BUCKETS.iter().zip(&h.counts) {
+                let _ = writeln!(out, "apiserver_request_duration_seconds_bucket{{verb=\"{verb}\",le=\"{bound}\"}} {n}");
+            }
+            let _ = writeln!(
+                out,
+                "apiserver_request_duration_seconds_bucket{{verb=\"{verb}\",le=\"+Inf\"}} {}",
+                h.count
+            );
+            let _ = writeln!(
+                out,
+                "apiserver_request_duration_seconds_sum{{verb=\"{verb}\"}} {}",
+                h.sum
+            );
+            let _ = writeln!(
+                out,
+                "apiserver_request_duration_seconds_count{{verb=\"{verb}\"}} {}",
+                h.count
+            );
+        }
+        out.push_str("# HELP apiserver_longrunning_requests Gauge of all active long-running apiserver requests (watches).\n");
+        out.push_str("# TYPE apiserver_longrunning_requests gauge\n");
+        let _ = writeln!(
+            out,
+            "apiserver_longrunning_requests{{verb=\"WATCH\"}} {}",
+            self.watches.load(Ordering::Relaxed)
+        );
+        out
+    }
+}
+
+/// Decrements the open-watch gauge when the watch ends.
+pub struct WatchGuard(Arc<ApiMetrics>);
+
+impl Drop for WatchGuard {
+    fn drop(&mut self) {
+        self.0.watches.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renders_counts_latency_and_watches() {
+        let m = Arc::new(ApiMetrics::default());
+        m.record("LIST", "", "v1", "pods", 200, Duration::from_millis(3));
+        m.record("LIST", "", "v1", "pods", 200, Duration::from_millis(30));
+        m.record(
+            "POST",
+            "apps",
+            "v1",
+            "deployments",
+            422,
+            Duration::from_millis(1),
+        );
+        let guard = m.watch_started();
+        let text = m.render();
+        assert!(text.contains("apiserver_request_total{code=\"200\",group=\"\",resource=\"pods\",verb=\"LIST\",version=\"v1\"} 2"), "{text}");
+        assert!(text
+            .contains("apiserver_request_duration_seconds_bucket{verb=\"LIST\",le=\"0.005\"} 1"));
+        assert!(text.contains("apiserver_request_duration_seconds_count{verb=\"LIST\"} 2"));
+        assert!(text.contains("apiserver_longrunning_requests{verb=\"WATCH\"} 1"));
+        drop(guard);
+        assert!(m
+            .render()
+            .contains("apiserver_longrunning_requests{verb=\"WATCH\"} 0"));
+    }
+}

@@ -24,10 +24,12 @@ struct Histogram {
     count: u64,
 }
 
+/// The labels of `apiserver_request_total`: verb, group, version, resource, code.
+type RequestLabels = (String, String, String, String, u16);
+
 #[derive(Default)]
 pub struct ApiMetrics {
-    /// (verb, group, version, resource, code) -> count
-    requests: Mutex<BTreeMap<(String, String, String, String, u16), u64>>,
+    requests: Mutex<BTreeMap<RequestLabels, u64>>,
     /// verb -> latency histogram
     latency: Mutex<BTreeMap<String, Histogram>>,
     watches: AtomicI64,

@@ -6,10 +6,12 @@
 //! - [`informer`]: reflector (list + watch + resume), indexed cache, shared informers and event handlers.
 //! - [`leaderelection`]: leader election on a `coordination.k8s.io/v1` Lease.
 //! - [`events`]: the event recorder and broadcaster.
+//! - [`kubeconfig`]: clients from a kubeconfig file.
 //! - [`controller`]: the pattern every controller in the project follows.
 
 pub mod controller;
 pub mod events;
 pub mod informer;
+pub mod kubeconfig;
 pub mod leaderelection;
 pub mod workqueue;

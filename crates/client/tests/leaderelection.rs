@@ -162,11 +162,9 @@ struct Sample {
 }
 
 async fn kube_client(kubeconfig: &Path) -> kube::Client {
-    let kc = kube::config::Kubeconfig::read_from(kubeconfig).expect("read kubeconfig");
-    let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
+    client::kubeconfig::client_from_file(kubeconfig)
         .await
-        .expect("kube config");
-    kube::Client::try_from(config).expect("kube client")
+        .expect("kube client")
 }
 
 /// Samples the Lease every 100 ms until `stop` is cancelled.

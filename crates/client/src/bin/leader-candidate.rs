@@ -78,14 +78,6 @@ fn parse(args: &[String]) -> Result<Args, String> {
     })
 }
 
-async fn kube_client(path: &str) -> Result<kube::Client, String> {
-    let kubeconfig = kube::config::Kubeconfig::read_from(path).map_err(|e| e.to_string())?;
-    let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-        .await
-        .map_err(|e| e.to_string())?;
-    kube::Client::try_from(config).map_err(|e| e.to_string())
-}
-
 #[tokio::main]
 async fn main() -> ExitCode {
     let argv: Vec<String> = std::env::args().skip(1).collect();
@@ -96,13 +88,14 @@ async fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let client = match kube_client(&args.kubeconfig).await {
-        Ok(c) => c,
-        Err(e) => {
-            eprintln!("cannot build a client from {}: {e}", args.kubeconfig);
-            return ExitCode::from(2);
-        }
-    };
+    let client =
+        match client::kubeconfig::client_from_file(std::path::Path::new(&args.kubeconfig)).await {
+            Ok(c) => c,
+            Err(e) => {
+                eprintln!("cannot build a client from {}: {e}", args.kubeconfig);
+                return ExitCode::from(2);
+            }
+        };
     let id = args.identity.clone();
     let config = LeaderElectionConfig::new(&args.namespace, &args.name, &args.identity)
         .with_timings(args.lease, args.renew, args.retry);

@@ -58,9 +58,7 @@ impl Server {
 
     /// A client with the admin credentials that connects to `addr` (e.g. a [`Proxy`]).
     pub async fn client_at(&self, addr: SocketAddr) -> kube::Client {
-        let kubeconfig =
-            kube::config::Kubeconfig::read_from(self.kubeconfig()).expect("read kubeconfig");
-        let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        let mut config = client::kubeconfig::config_from_file(&self.kubeconfig())
             .await
             .expect("kube config");
         config.cluster_url = format!("https://{addr}").parse().expect("url");

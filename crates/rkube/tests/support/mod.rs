@@ -176,12 +176,9 @@ impl Cluster {
     }
 
     pub async fn client(&self) -> kube::Client {
-        let kubeconfig =
-            kube::config::Kubeconfig::read_from(&self.kubeconfig).expect("read kubeconfig");
-        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+        client::kubeconfig::client_from_file(&self.kubeconfig)
             .await
-            .expect("kube config");
-        kube::Client::try_from(config).expect("kube client")
+            .expect("kube client")
     }
 
     pub fn data_dir(&self) -> &Path {

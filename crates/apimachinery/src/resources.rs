@@ -60,7 +60,8 @@ impl Resource {
     }
 }
 
-const STANDARD_VERBS: &[&str] = &[
+/// The verbs of an ordinary stored resource.
+pub const STANDARD_VERBS: &[&str] = &[
     "create",
     "delete",
     "deletecollection",

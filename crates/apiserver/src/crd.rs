@@ -12,24 +12,13 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use apimachinery::resources::Resource;
+use apimachinery::resources::{Resource, STANDARD_VERBS};
 use serde_json::{json, Value};
 use storage::ListOptions;
 
 use crate::objects;
 use crate::watch_cache::{EventType, WatchStart};
 use crate::ApiServer;
-
-const STANDARD_VERBS: &[&str] = &[
-    "create",
-    "delete",
-    "deletecollection",
-    "get",
-    "list",
-    "patch",
-    "update",
-    "watch",
-];
 
 /// The registry entries of a CRD: one per served version.
 pub fn resources_of(crd: &Value) -> Vec<Resource> {

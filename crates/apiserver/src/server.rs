@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use apimachinery::status::ApiError;
 use bytes::Bytes;
-use http::{Method, Request, Response, StatusCode};
+use http::{Request, Response, StatusCode};
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -195,22 +195,15 @@ async fn handle(
         )));
     }
     let started = std::time::Instant::now();
-    let target = request::parse(&parts.method, &path, &query).ok();
-    let resp = match route(
-        api,
-        &user,
-        &parts.method,
-        &path,
-        &query,
-        &parts.headers,
-        body,
-    )
-    .await
-    {
+    let target = match request::parse(&parts.method, &path, &query) {
+        Ok(target) => target,
+        Err(e) => return response::error_response(&ApiError::bad_request(e)),
+    };
+    let resp = match route(api, &user, &target, &path, &query, &parts.headers, body).await {
         Ok(resp) => resp,
         Err(e) => response::error_response(&e),
     };
-    if let Some(Target::Resource(r)) = target {
+    if let Target::Resource(r) = &target {
         let verb = match r.verb {
             request::Verb::Create => "POST".to_string(),
             request::Verb::Update => "PUT".to_string(),
@@ -267,13 +260,12 @@ fn not_found() -> ApiError {
 async fn route(
     api: &Arc<ApiServer>,
     user: &UserInfo,
-    method: &Method,
+    target: &Target,
     path: &str,
     query: &Query,
     headers: &http::HeaderMap,
     body: Bytes,
 ) -> Result<Response<Body>, ApiError> {
-    let target = request::parse(method, path, query).map_err(ApiError::bad_request)?;
     let snap = || api.registry.snapshot();
     let discovery_json = |doc: serde_json::Value| Ok(response::json_response(StatusCode::OK, &doc));
     match target {
@@ -295,14 +287,14 @@ async fn route(
             )),
             None => discovery_json(discovery::api_group_list(&snap())),
         },
-        Target::ApiGroup(group) => discovery::api_group_doc(&snap(), &group)
+        Target::ApiGroup(group) => discovery::api_group_doc(&snap(), group)
             .map_or_else(|| Err(not_found()), discovery_json),
         Target::ApiResources { group, version } => {
-            discovery::api_resource_list(&snap(), &group, &version)
+            discovery::api_resource_list(&snap(), group, version)
                 .map_or_else(|| Err(not_found()), discovery_json)
         }
         Target::Resource(req) => {
-            crate::rest::handle(api, Some(user), &req, query, headers, body).await
+            crate::rest::handle(api, Some(user), req, query, headers, body).await
         }
         Target::NonResource if path == "/metrics" => {
             let mut text = api.metrics.render();

@@ -6,6 +6,7 @@
 //! - [`patch`]: JSON patch, JSON merge patch and strategic merge patch.
 //! - [`defaults`], [`validation`]: defaulting and validation of built-in kinds.
 //! - [`resources`]: the registry of served resources (built-in and custom), which discovery publishes.
+//! - [`serializer`]: the wire formats besides JSON: Kubernetes protobuf and CBOR.
 //! - [`printers`]: the columns of server-side `Table` output, as `kubectl get` shows them.
 //!
 //! Objects are handled as `serde_json::Value` in their served JSON form, so the same code serves built-in
@@ -17,5 +18,6 @@ pub mod labels;
 pub mod patch;
 pub mod printers;
 pub mod resources;
+pub mod serializer;
 pub mod status;
 pub mod validation;

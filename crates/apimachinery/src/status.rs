@@ -209,7 +209,7 @@ impl ApiError {
     }
 
     pub fn unsupported_media_type(content_type: &str) -> ApiError {
-        Self::plain(415, "UnsupportedMediaType", format!("the body of the request was in an unknown format - accepted media types include: application/json, application/yaml (got {content_type:?})"))
+        Self::plain(415, "UnsupportedMediaType", format!("the body of the request was in an unknown format - accepted media types include: application/json, application/yaml, application/vnd.kubernetes.protobuf, application/cbor (got {content_type:?})"))
     }
 
     pub fn internal(message: impl fmt::Display) -> ApiError {

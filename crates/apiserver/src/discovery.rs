@@ -13,22 +13,32 @@ pub const AGGREGATED_V2: &str =
     "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
 pub const AGGREGATED_V2BETA1: &str =
     "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList";
+pub const AGGREGATED_V2_PROTOBUF: &str =
+    "application/vnd.kubernetes.protobuf;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
+pub const AGGREGATED_V2BETA1_PROTOBUF: &str =
+    "application/vnd.kubernetes.protobuf;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList";
 
-/// Which aggregated discovery version the client accepts, if any (first acceptable entry wins).
+/// Which aggregated discovery version and format the client accepts, if any (first acceptable entry
+/// wins), as the content type to answer with.
 pub fn wants_aggregated(headers: &HeaderMap) -> Option<&'static str> {
     let accept = headers.get(http::header::ACCEPT)?.to_str().ok()?;
     for entry in accept.split(',') {
         let params: Vec<&str> = entry.split(';').map(str::trim).collect();
         let has = |p: &str| params.contains(&p);
-        if params.first() == Some(&"application/json")
-            && has("g=apidiscovery.k8s.io")
+        let media = params.first().copied();
+        if matches!(
+            media,
+            Some("application/json" | "application/vnd.kubernetes.protobuf")
+        ) && has("g=apidiscovery.k8s.io")
             && has("as=APIGroupDiscoveryList")
         {
-            if has("v=v2") {
-                return Some(AGGREGATED_V2);
-            }
-            if has("v=v2beta1") {
-                return Some(AGGREGATED_V2BETA1);
+            let protobuf = media == Some("application/vnd.kubernetes.protobuf");
+            match (has("v=v2"), has("v=v2beta1"), protobuf) {
+                (true, _, false) => return Some(AGGREGATED_V2),
+                (true, _, true) => return Some(AGGREGATED_V2_PROTOBUF),
+                (_, true, false) => return Some(AGGREGATED_V2BETA1),
+                (_, true, true) => return Some(AGGREGATED_V2BETA1_PROTOBUF),
+                _ => {}
             }
         }
         if params.first() == Some(&"application/json") && params.len() == 1 {
@@ -211,7 +221,7 @@ pub fn aggregated(snap: &Snapshot, legacy: bool, media_type: &str) -> Value {
             json!({"metadata": {"name": group, "creationTimestamp": null}, "versions": vs})
         })
         .collect();
-    let version = if media_type == AGGREGATED_V2 {
+    let version = if media_type == AGGREGATED_V2 || media_type == AGGREGATED_V2_PROTOBUF {
         "v2"
     } else {
         "v2beta1"
@@ -282,5 +292,31 @@ mod tests {
         assert_eq!(wants_aggregated(&h), Some(AGGREGATED_V2));
         h.insert(http::header::ACCEPT, "application/json".parse().unwrap());
         assert_eq!(wants_aggregated(&h), None);
+    }
+
+    #[test]
+    fn client_go_gets_aggregated_discovery_in_protobuf() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            http::header::ACCEPT,
+            "application/vnd.kubernetes.protobuf;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList,application/json".parse().unwrap(),
+        );
+        let media = wants_aggregated(&h).unwrap();
+        assert_eq!(media, AGGREGATED_V2_PROTOBUF);
+        let snap = apimachinery::resources::Registry::with_builtin().snapshot();
+        let doc = aggregated(&snap, false, media);
+        assert_eq!(doc["apiVersion"], "apidiscovery.k8s.io/v2");
+        let bytes = apimachinery::serializer::protobuf::encode(&doc).unwrap();
+        let back = apimachinery::serializer::protobuf::decode(&bytes).unwrap();
+        // Equal but for the explicit `creationTimestamp: null`, which protobuf has no way to carry.
+        let items = |v: &Value| -> Vec<(Value, Value)> {
+            v["items"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|i| (i["metadata"]["name"].clone(), i["versions"].clone()))
+                .collect()
+        };
+        assert!(items(&back) == items(&doc), "aggregated discovery changed");
     }
 }

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -33,6 +33,9 @@ pub struct ApiMetrics {
     /// verb -> latency histogram
     latency: Mutex<BTreeMap<String, Histogram>>,
     watches: AtomicI64,
+    /// Watch event frames built, by format (json, protobuf, cbor): one per event, type and format,
+    /// however many watchers receive it.
+    watch_encodings: [AtomicU64; 3],
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -81,6 +84,11 @@ impl ApiMetrics {
         WatchGuard(self.clone())
     }
 
+    /// Counts one watch event frame built in `format` (0 json, 1 protobuf, 2 cbor).
+    pub fn watch_event_encoded(&self, format: usize) {
+        self.watch_encodings[format].fetch_add(1, Ordering::Relaxed);
+    }
+
     pub fn render(&self) -> String {
         let mut out = String::new();
         out.push_str("# HELP apiserver_request_total Counter of apiserver requests broken out for each verb, group, version, resource and HTTP response code.\n");
@@ -120,6 +128,18 @@ impl ApiMetrics {
             "apiserver_longrunning_requests{{verb=\"WATCH\"}} {}",
             self.watches.load(Ordering::Relaxed)
         );
+        out.push_str("# HELP rkube_watch_event_encodings_total Watch event frames encoded, by format; each event is encoded once per format and event type whatever the number of watchers.\n");
+        out.push_str("# TYPE rkube_watch_event_encodings_total counter\n");
+        for (format, n) in ["json", "protobuf", "cbor"]
+            .iter()
+            .zip(&self.watch_encodings)
+        {
+            let _ = writeln!(
+                out,
+                "rkube_watch_event_encodings_total{{format=\"{format}\"}} {}",
+                n.load(Ordering::Relaxed)
+            );
+        }
         out
     }
 }

@@ -46,11 +46,32 @@ fn param(name: &str) -> Value {
     json!({"name": name, "in": "query", "schema": {"type": "string", "uniqueItems": true}})
 }
 
+/// The media types an operation answers in, as upstream lists them: protobuf only for built-in kinds,
+/// and the watch stream types for lists (which watch with `watch=true`).
+fn response_content(r: &Resource, action: &str) -> Value {
+    let mut types = vec!["application/json", "application/yaml"];
+    if !r.custom {
+        types.push("application/vnd.kubernetes.protobuf");
+    }
+    if action == "list" {
+        types.push("application/json;stream=watch");
+        if !r.custom {
+            types.push("application/vnd.kubernetes.protobuf;stream=watch");
+        }
+    }
+    Value::Object(
+        types
+            .into_iter()
+            .map(|t| (t.to_string(), json!({})))
+            .collect(),
+    )
+}
+
 fn operation(r: &Resource, action: &str, id: &str, params: &[&str]) -> Value {
     json!({
         "operationId": id,
         "parameters": params.iter().map(|p| param(p)).collect::<Vec<_>>(),
-        "responses": {"200": {"description": "OK"}},
+        "responses": {"200": {"description": "OK", "content": response_content(r, action)}},
         "x-kubernetes-action": action,
         "x-kubernetes-group-version-kind": {"group": r.group, "version": r.version, "kind": r.kind},
     })
@@ -209,5 +230,13 @@ mod tests {
             .iter()
             .any(|p| p["name"] == "fieldValidation" && p["in"] == "query"));
         assert!(group_version(&snap, "apis/nope/v1").is_none());
+        let list = &doc["paths"]["/api/v1/namespaces/{namespace}/configmaps"]["get"];
+        let content = &list["responses"]["200"]["content"];
+        assert!(content
+            .get("application/vnd.kubernetes.protobuf;stream=watch")
+            .is_some());
+        assert!(patch["responses"]["200"]["content"]
+            .get("application/vnd.kubernetes.protobuf")
+            .is_some());
     }
 }

@@ -3,6 +3,7 @@
 
 use std::convert::Infallible;
 
+use apimachinery::serializer::{cbor, protobuf};
 use apimachinery::status::ApiError;
 use bytes::Bytes;
 use http::{header, HeaderMap, HeaderValue, Response, StatusCode};
@@ -72,61 +73,155 @@ pub enum IncludeObject {
     Object,
 }
 
-/// Chooses the representation from `Accept`. Entries are tried in order; an entry we cannot produce
-/// (protobuf, unknown `as=` kinds) is skipped; if none fits, 406.
+/// The wire format of a response body.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    Json,
+    Protobuf,
+    Cbor,
+}
+
+impl Format {
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::Json => JSON,
+            Format::Protobuf => protobuf::MEDIA_TYPE,
+            Format::Cbor => cbor::MEDIA_TYPE,
+        }
+    }
+
+    /// The content type of a watch stream (upstream marks every format but JSON with `stream=watch`).
+    pub fn stream_content_type(self) -> &'static str {
+        match self {
+            Format::Json => JSON,
+            Format::Protobuf => protobuf::STREAM_MEDIA_TYPE,
+            Format::Cbor => cbor::STREAM_MEDIA_TYPE,
+        }
+    }
+
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// What the client asked for: a representation in a format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Negotiated {
+    pub repr: Representation,
+    pub format: Format,
+}
+
+/// One entry of an `Accept` header.
+struct MediaRange<'a> {
+    media: &'a str,
+    params: Vec<(&'a str, &'a str)>,
+    quality: f32,
+}
+
+impl MediaRange<'_> {
+    fn param(&self, key: &str) -> Option<&str> {
+        self.params.iter().find(|(k, _)| *k == key).map(|(_, v)| *v)
+    }
+}
+
+/// Parses `Accept` into its media ranges, best first: by quality, then in the order given (as upstream's
+/// goautoneg); entries with `q=0` are refused ones and dropped.
+fn media_ranges(accept: &str) -> Vec<MediaRange<'_>> {
+    let mut ranges: Vec<MediaRange> = accept
+        .split(',')
+        .filter_map(|entry| {
+            let mut parts = entry.split(';').map(str::trim);
+            let media = parts.next().filter(|m| !m.is_empty())?;
+            let mut quality = 1.0f32;
+            let mut params = Vec::new();
+            for (k, v) in parts.filter_map(|p| p.split_once('=')) {
+                let (k, v) = (k.trim(), v.trim());
+                if k == "q" {
+                    quality = v.parse().unwrap_or(0.0);
+                } else {
+                    params.push((k, v));
+                }
+            }
+            (quality > 0.0).then_some(MediaRange {
+                media,
+                params,
+                quality,
+            })
+        })
+        .collect();
+    ranges.sort_by(|a, b| b.quality.total_cmp(&a.quality));
+    ranges
+}
+
+/// Chooses the representation and format from `Accept` (upstream `NegotiateOutputMediaType`). Entries
+/// are tried best first; one we cannot produce (protobuf for a custom resource, a Table in protobuf, an
+/// unknown `as=` kind) is skipped; if none fits, 406.
 pub fn negotiate(
     headers: &HeaderMap,
     include_object: Option<&str>,
-) -> Result<Representation, ApiError> {
+    protobuf_ok: bool,
+) -> Result<Negotiated, ApiError> {
     let accept = headers
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
         .trim();
     if accept.is_empty() {
-        return Ok(Representation::Object);
+        return Ok(Negotiated {
+            repr: Representation::Object,
+            format: Format::Json,
+        });
     }
-    for entry in accept.split(',') {
-        let mut parts = entry.split(';').map(str::trim);
-        let media = parts.next().unwrap_or("");
-        let params: Vec<(&str, &str)> = parts
-            .filter_map(|p| p.split_once('='))
-            .map(|(k, v)| (k.trim(), v.trim()))
-            .collect();
-        let param = |k: &str| params.iter().find(|(pk, _)| *pk == k).map(|(_, v)| *v);
-        if !matches!(
-            media,
-            "application/json" | "application/*" | "*/*" | "application/yaml"
-        ) {
-            continue;
-        }
-        match param("as") {
-            None => return Ok(Representation::Object),
-            Some("Table")
-                if param("g") == Some("meta.k8s.io")
-                    && matches!(param("v"), Some("v1" | "v1beta1")) =>
-            {
+    for range in media_ranges(accept) {
+        let format = match range.media {
+            "application/json" | "application/*" | "*/*" | "application/yaml" => Format::Json,
+            protobuf::MEDIA_TYPE if protobuf_ok => Format::Protobuf,
+            cbor::MEDIA_TYPE => Format::Cbor,
+            _ => continue,
+        };
+        let meta_group = range.param("g") == Some("meta.k8s.io")
+            && matches!(range.param("v"), Some("v1" | "v1beta1"));
+        let repr = match range.param("as") {
+            None => Representation::Object,
+            // Tables have no protobuf form upstream.
+            Some("Table") if meta_group && format != Format::Protobuf => {
                 let include = match include_object {
                     Some("None") => IncludeObject::None,
                     Some("Object") => IncludeObject::Object,
                     _ => IncludeObject::Metadata,
                 };
-                return Ok(Representation::Table {
+                Representation::Table {
                     include_object: include,
-                });
+                }
             }
-            Some("PartialObjectMetadata" | "PartialObjectMetadataList")
-                if param("g") == Some("meta.k8s.io")
-                    && matches!(param("v"), Some("v1" | "v1beta1")) =>
-            {
-                return Ok(Representation::Metadata)
+            Some("PartialObjectMetadata" | "PartialObjectMetadataList") if meta_group => {
+                Representation::Metadata
             }
             Some(_) => continue,
-        }
+        };
+        return Ok(Negotiated { repr, format });
     }
+    let mut supported = vec![JSON, "application/yaml"];
+    if protobuf_ok {
+        supported.push(protobuf::MEDIA_TYPE);
+    }
+    supported.push(cbor::MEDIA_TYPE);
     Err(ApiError::not_acceptable(format!(
-        "only the following media types are accepted: application/json, application/json;as=Table;v=v1;g=meta.k8s.io (asked for {accept:?})"
+        "only the following media types are accepted: {}",
+        supported.join(", ")
     )))
+}
+
+/// Re-encodes a JSON body in `format`; a body whose kind has no form in that format stays JSON.
+pub fn transcode(format: Format, json: &[u8]) -> Option<(Vec<u8>, &'static str)> {
+    let value: Value = serde_json::from_slice(json).ok()?;
+    match format {
+        Format::Json => None,
+        Format::Protobuf => protobuf::encode(&value)
+            .ok()
+            .map(|b| (b, protobuf::MEDIA_TYPE)),
+        Format::Cbor => Some((cbor::encode(&value), cbor::MEDIA_TYPE)),
+    }
 }
 
 #[cfg(test)]
@@ -143,18 +238,44 @@ mod tests {
     fn kubectl_get_asks_for_a_table() {
         let h = with_accept("application/json;as=Table;v=v1;g=meta.k8s.io,application/json;as=Table;v=v1beta1;g=meta.k8s.io,application/json");
         assert_eq!(
-            negotiate(&h, None).unwrap(),
+            negotiate(&h, None, true).unwrap().repr,
             Representation::Table {
                 include_object: IncludeObject::Metadata
             }
         );
-        let h = with_accept("application/vnd.kubernetes.protobuf, application/json");
-        assert_eq!(negotiate(&h, None).unwrap(), Representation::Object);
-        let h = with_accept("application/vnd.kubernetes.protobuf");
-        assert_eq!(negotiate(&h, None).unwrap_err().code, 406);
         assert_eq!(
-            negotiate(&HeaderMap::new(), None).unwrap(),
-            Representation::Object
+            negotiate(&HeaderMap::new(), None, true).unwrap(),
+            Negotiated {
+                repr: Representation::Object,
+                format: Format::Json
+            }
         );
+    }
+
+    #[test]
+    fn protobuf_is_chosen_where_the_kind_has_it() {
+        let h = with_accept("application/vnd.kubernetes.protobuf, application/json");
+        assert_eq!(negotiate(&h, None, true).unwrap().format, Format::Protobuf);
+        // A custom resource answers JSON to the same request, and 406 to protobuf alone.
+        assert_eq!(negotiate(&h, None, false).unwrap().format, Format::Json);
+        let h = with_accept("application/vnd.kubernetes.protobuf");
+        assert_eq!(negotiate(&h, None, false).unwrap_err().code, 406);
+        // Quality values order the entries.
+        let h = with_accept("application/json;q=0.5, application/vnd.kubernetes.protobuf;q=0.9");
+        assert_eq!(negotiate(&h, None, true).unwrap().format, Format::Protobuf);
+        let h = with_accept("application/vnd.kubernetes.protobuf;q=0, application/json");
+        assert_eq!(negotiate(&h, None, true).unwrap().format, Format::Json);
+        // The metadata client's protobuf request.
+        let h = with_accept("application/vnd.kubernetes.protobuf;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json;as=PartialObjectMetadataList;g=meta.k8s.io;v=v1,application/json");
+        let n = negotiate(&h, None, true).unwrap();
+        assert_eq!(
+            (n.repr, n.format),
+            (Representation::Metadata, Format::Protobuf)
+        );
+        // Tables only in JSON.
+        let h = with_accept("application/vnd.kubernetes.protobuf;as=Table;g=meta.k8s.io;v=v1");
+        assert_eq!(negotiate(&h, None, true).unwrap_err().code, 406);
+        let h = with_accept("application/cbor");
+        assert_eq!(negotiate(&h, None, false).unwrap().format, Format::Cbor);
     }
 }

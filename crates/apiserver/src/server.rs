@@ -268,23 +268,22 @@ async fn route(
 ) -> Result<Response<Body>, ApiError> {
     let snap = || api.registry.snapshot();
     let discovery_json = |doc: serde_json::Value| Ok(response::json_response(StatusCode::OK, &doc));
+    let aggregated = |legacy: bool, media: &'static str| {
+        let doc = discovery::aggregated(&snap(), legacy, media);
+        let body = if media.starts_with(apimachinery::serializer::protobuf::MEDIA_TYPE) {
+            apimachinery::serializer::protobuf::encode(&doc).map_err(ApiError::internal)?
+        } else {
+            serde_json::to_vec(&doc).unwrap_or_default()
+        };
+        Ok(response::bytes_response(StatusCode::OK, media, body))
+    };
     match target {
         Target::ApiVersions => match discovery::wants_aggregated(headers) {
-            Some(media) => Ok(response::bytes_response(
-                StatusCode::OK,
-                media,
-                serde_json::to_vec(&discovery::aggregated(&snap(), true, media))
-                    .unwrap_or_default(),
-            )),
+            Some(media) => aggregated(true, media),
             None => discovery_json(discovery::api_versions(&api.server_address)),
         },
         Target::ApiGroups => match discovery::wants_aggregated(headers) {
-            Some(media) => Ok(response::bytes_response(
-                StatusCode::OK,
-                media,
-                serde_json::to_vec(&discovery::aggregated(&snap(), false, media))
-                    .unwrap_or_default(),
-            )),
+            Some(media) => aggregated(false, media),
             None => discovery_json(discovery::api_group_list(&snap())),
         },
         Target::ApiGroup(group) => discovery::api_group_doc(&snap(), group)

@@ -22,6 +22,7 @@ use tokio::sync::mpsc;
 
 use crate::filter::{Attrs, Filter};
 use crate::objects;
+use crate::response::Format;
 
 /// Events kept per resource for watches that resume from a recent revision.
 const RING_CAPACITY: usize = 4096;
@@ -63,7 +64,8 @@ pub struct CacheEvent {
     pub deleted: bool,
     pub object: Arc<CachedObject>,
     pub prev: Option<Arc<CachedObject>>,
-    frames: [OnceLock<Bytes>; 3],
+    /// Each frame built once, however many watchers receive it: by format, then by event type.
+    frames: [[OnceLock<Bytes>; 3]; 3],
 }
 
 impl CacheEvent {
@@ -126,9 +128,15 @@ impl CacheEvent {
     /// The JSON watch frame for `kind`, built once and shared. An object leaving the selection is sent
     /// as DELETED with its new state, as upstream does.
     pub fn json_frame(&self, kind: EventType) -> Bytes {
-        let idx = kind as usize;
-        self.frames[idx]
-            .get_or_init(|| json_frame(kind.as_str(), &self.object.json))
+        self.frame(kind, Format::Json, || {
+            json_frame(kind.as_str(), &self.object.json)
+        })
+    }
+
+    /// The frame of this event as `kind` in `format`, built by `build` the first time it is asked for.
+    pub fn frame(&self, kind: EventType, format: Format, build: impl FnOnce() -> Bytes) -> Bytes {
+        self.frames[format.index()][kind as usize]
+            .get_or_init(build)
             .clone()
     }
 }

@@ -1,7 +1,9 @@
-//! Request bodies (upstream `handlers.createHandler`/`UpdateResource` decoding): JSON or YAML, at most
+//! Request bodies (upstream `handlers.createHandler`/`UpdateResource` decoding): JSON, YAML, protobuf
+//! (built-in kinds) or CBOR, at most
 //! 3 MiB, an object whose `apiVersion` and `kind` (when given) match the resource the URL names.
 
 use apimachinery::resources::Resource;
+use apimachinery::serializer::{cbor, protobuf};
 use apimachinery::status::ApiError;
 use bytes::Bytes;
 use http::HeaderMap;
@@ -22,7 +24,7 @@ fn content_type(headers: &HeaderMap) -> String {
         .to_ascii_lowercase()
 }
 
-/// Parses a JSON or YAML body into a JSON object.
+/// Parses a body into its JSON form.
 pub fn parse_body(headers: &HeaderMap, body: &Bytes) -> Result<Value, ApiError> {
     if body.len() > MAX_BODY {
         return Err(ApiError::request_entity_too_large(format!(
@@ -37,6 +39,13 @@ pub fn parse_body(headers: &HeaderMap, body: &Bytes) -> Result<Value, ApiError> 
         })?,
         "application/yaml" | "application/x-yaml" | "text/yaml" => serde_yaml_ng::from_slice(body)
             .map_err(|e| ApiError::bad_request(format!("error converting YAML to JSON: {e}")))?,
+        protobuf::MEDIA_TYPE => protobuf::decode(body).map_err(|e| match e {
+            // Custom resources (and kinds we do not know) have no protobuf form, as upstream.
+            protobuf::ProtobufError::UnknownKind { .. } => ApiError::unsupported_media_type(&ct),
+            other => ApiError::bad_request(format!("failed to decode protobuf body: {other}")),
+        })?,
+        cbor::MEDIA_TYPE => cbor::decode(body)
+            .map_err(|e| ApiError::bad_request(format!("failed to decode CBOR body: {e}")))?,
         other => return Err(ApiError::unsupported_media_type(other)),
     };
     if !value.is_object() {

@@ -79,7 +79,16 @@ impl Ctx<'_> {
     }
 
     pub fn representation(&self) -> Result<Representation, ApiError> {
-        response::negotiate(self.headers, self.query.get("includeObject"))
+        Ok(self.negotiated()?.repr)
+    }
+
+    /// The representation and wire format the client asked for (custom resources have no protobuf).
+    pub fn negotiated(&self) -> Result<response::Negotiated, ApiError> {
+        response::negotiate(
+            self.headers,
+            self.query.get("includeObject"),
+            !self.resource.custom,
+        )
     }
 
     pub fn dry_run(&self) -> bool {
@@ -168,8 +177,60 @@ pub fn storage_error(e: storage::Error) -> ApiError {
     }
 }
 
-/// Serves a resource request.
+/// Serves a resource request, answering (errors included) in the wire format the client asked for.
 pub async fn handle(
+    api: &Arc<ApiServer>,
+    user: Option<&crate::authn::UserInfo>,
+    req: &ResourceRequest,
+    query: &Query,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> Result<Response<Body>, ApiError> {
+    let protobuf_ok = api
+        .registry
+        .snapshot()
+        .get(&req.group, &req.version, &req.resource)
+        .is_none_or(|r| !r.custom);
+    let format = response::negotiate(headers, None, protobuf_ok)
+        .map(|n| n.format)
+        .unwrap_or(response::Format::Json);
+    let resp = match dispatch(api, user, req, query, headers, body).await {
+        Ok(resp) => resp,
+        Err(e) => response::error_response(&e),
+    };
+    // Watches write their own frames; everything else is produced as JSON and re-encoded here.
+    if format == response::Format::Json || req.verb == Verb::Watch {
+        return Ok(resp);
+    }
+    Ok(reencode(format, resp).await)
+}
+
+async fn reencode(format: response::Format, resp: Response<Body>) -> Response<Body> {
+    use http_body_util::BodyExt;
+    let is_json = resp
+        .headers()
+        .get(http::header::CONTENT_TYPE)
+        .is_some_and(|v| v == response::JSON);
+    if !is_json {
+        return resp;
+    }
+    let (mut parts, body) = resp.into_parts();
+    let Ok(collected) = body.collect().await;
+    let json = collected.to_bytes();
+    match response::transcode(format, &json) {
+        Some((bytes, content_type)) => {
+            parts.headers.insert(
+                http::header::CONTENT_TYPE,
+                http::HeaderValue::from_static(content_type),
+            );
+            parts.headers.remove(http::header::CONTENT_LENGTH);
+            Response::from_parts(parts, response::full(bytes))
+        }
+        None => Response::from_parts(parts, response::full(json)),
+    }
+}
+
+async fn dispatch(
     api: &Arc<ApiServer>,
     user: Option<&crate::authn::UserInfo>,
     req: &ResourceRequest,
@@ -206,14 +267,14 @@ pub async fn handle(
             subresource: Some("binding".into()),
             ..req.clone()
         };
-        return Box::pin(handle(api, user, &pod_req, query, headers, body)).await;
+        return Box::pin(dispatch(api, user, &pod_req, query, headers, body)).await;
     }
     let snapshot = api.registry.snapshot();
     let Some(resource) = snapshot.get(&req.group, &req.version, &req.resource) else {
         // `namespaces/<name>/status|finalize` first parses as a namespaced resource of that name.
         if let Some(ns_req) = req.as_namespace_subresource() {
             if snapshot.get("", &ns_req.version, "namespaces").is_some() && req.group.is_empty() {
-                return Box::pin(handle(api, user, &ns_req, query, headers, body)).await;
+                return Box::pin(dispatch(api, user, &ns_req, query, headers, body)).await;
             }
         }
         return Err(ApiError {
@@ -255,6 +316,8 @@ pub async fn handle(
         query,
         headers,
     };
+    // Upstream negotiates the output before acting, so a 406 leaves nothing changed.
+    ctx.negotiated()?;
     if req.verb == Verb::Create && reviews::is_review(&ctx.resource.group, &ctx.resource.plural) {
         return reviews::create(&ctx, user, body);
     }

@@ -7,6 +7,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use apimachinery::serializer::{cbor, protobuf};
 use apimachinery::status::ApiError;
 use bytes::Bytes;
 use futures::StreamExt;
@@ -18,7 +19,7 @@ use tokio::sync::mpsc;
 use super::list::{filter_of, CACHE_WAIT};
 use super::{storage_error, table, Ctx};
 use crate::objects;
-use crate::response::{self, Body, Representation};
+use crate::response::{self, Body, Format, Representation};
 use crate::watch_cache::{json_frame, CacheEvent, EventType, SubscribeError, WatchStart};
 
 /// Frames buffered between the watch task and the connection.
@@ -32,7 +33,9 @@ pub async fn watch(ctx: &Ctx<'_>) -> Result<Response<Body>, ApiError> {
             .map_err(ApiError::bad_request)?;
         filter.fields = Some(by_name);
     }
-    let repr = ctx.representation()?;
+    let negotiated = ctx.negotiated()?;
+    let repr = negotiated.repr;
+    let format = negotiated.format;
     let rv = ctx.query.get("resourceVersion").unwrap_or("");
     let rv_num = objects::parse_resource_version(rv).map_err(ApiError::bad_request)?;
     let bookmarks = ctx.query.flag("allowWatchBookmarks");
@@ -72,10 +75,10 @@ pub async fn watch(ctx: &Ctx<'_>) -> Result<Response<Body>, ApiError> {
     };
     if let WatchStart::After(after) = start {
         if after < caches.compacted() {
-            return Ok(error_stream(ApiError::resource_version_too_old(
-                after,
-                caches.compacted(),
-            )));
+            return Ok(error_stream(
+                format,
+                ApiError::resource_version_too_old(after, caches.compacted()),
+            ));
         }
     }
     let cache = ctx.cache();
@@ -84,14 +87,16 @@ pub async fn watch(ctx: &Ctx<'_>) -> Result<Response<Body>, ApiError> {
             Ok(sub) => (sub.initial, sub.live, sub.start_rv, false),
             Err(SubscribeError::TooOld) => match store_watch(ctx, &filter, rv_num).await {
                 Ok(live) => (Vec::new(), live, rv_num, true),
-                Err(status) => return Ok(error_stream(status)),
+                Err(status) => return Ok(error_stream(format, status)),
             },
         };
     let (out, body) = mpsc::channel::<Bytes>(OUT_BUFFER);
     let stream = WatchStream {
         encoder: Encoder {
             repr,
+            format,
             resource: ctx.resource.clone(),
+            metrics: ctx.api.metrics.clone(),
         },
         kind: ctx.resource.kind.clone(),
         api_version: ctx.resource.api_version(),
@@ -111,7 +116,7 @@ pub async fn watch(ctx: &Ctx<'_>) -> Result<Response<Body>, ApiError> {
     *resp.status_mut() = StatusCode::OK;
     resp.headers_mut().insert(
         http::header::CONTENT_TYPE,
-        http::HeaderValue::from_static("application/json"),
+        http::HeaderValue::from_static(format.stream_content_type()),
     );
     Ok(resp)
 }
@@ -151,39 +156,61 @@ async fn store_watch(
 }
 
 /// A 200 stream holding one ERROR event, as upstream reports a watch that cannot start.
-fn error_stream(err: ApiError) -> Response<Body> {
-    let status = serde_json::to_vec(&err.to_status()).unwrap_or_default();
-    let frame = json_frame("ERROR", &status);
-    let mut resp = response::bytes_response(StatusCode::OK, "application/json", frame);
-    *resp.status_mut() = StatusCode::OK;
-    resp
+fn error_stream(format: Format, err: ApiError) -> Response<Body> {
+    let frame = frame_of(format, "ERROR", &err.to_status());
+    response::bytes_response(StatusCode::OK, format.stream_content_type(), frame)
 }
 
 struct Encoder {
     repr: Representation,
+    format: Format,
     resource: Arc<apimachinery::resources::Resource>,
+    metrics: Arc<crate::metrics::ApiMetrics>,
 }
 
 impl Encoder {
     fn frame(&self, event: &CacheEvent, kind: EventType) -> Bytes {
         match self.repr {
-            Representation::Object => event.json_frame(kind),
+            Representation::Object => event.frame(kind, self.format, || {
+                self.metrics.watch_event_encoded(self.format.index());
+                match self.format {
+                    Format::Json => json_frame(kind.as_str(), &event.object.json),
+                    _ => {
+                        let obj: Value =
+                            serde_json::from_slice(&event.object.json).unwrap_or(Value::Null);
+                        frame_of(self.format, kind.as_str(), &obj)
+                    }
+                }
+            }),
             Representation::Table { include_object } => {
                 let obj: Value = serde_json::from_slice(&event.object.json).unwrap_or(Value::Null);
                 let rv = event.rv.to_string();
                 let t = table::table(&self.resource, &[obj], include_object, &rv, None);
-                frame_of(kind.as_str(), &t)
+                frame_of(self.format, kind.as_str(), &t)
             }
             Representation::Metadata => {
                 let obj: Value = serde_json::from_slice(&event.object.json).unwrap_or(Value::Null);
-                frame_of(kind.as_str(), &table::partial_metadata(&obj))
+                frame_of(self.format, kind.as_str(), &table::partial_metadata(&obj))
             }
         }
     }
 }
 
-fn frame_of(kind: &str, object: &Value) -> Bytes {
-    json_frame(kind, &serde_json::to_vec(object).unwrap_or_default())
+/// One watch event in `format`: a JSON line, a length-prefixed protobuf `WatchEvent`, or a CBOR item.
+fn frame_of(format: Format, kind: &str, object: &Value) -> Bytes {
+    match format {
+        Format::Json => json_frame(kind, &serde_json::to_vec(object).unwrap_or_default()),
+        Format::Protobuf => match protobuf::encode(object) {
+            Ok(bytes) => Bytes::from(protobuf::watch_event_frame(kind, &bytes)),
+            Err(e) => {
+                let status =
+                    ApiError::internal(format!("cannot encode the object: {e}")).to_status();
+                let bytes = protobuf::encode(&status).unwrap_or_default();
+                Bytes::from(protobuf::watch_event_frame("ERROR", &bytes))
+            }
+        },
+        Format::Cbor => Bytes::from(cbor::encode(&json!({"type": kind, "object": object}))),
+    }
 }
 
 struct WatchStream {
@@ -209,7 +236,7 @@ impl WatchStream {
             }
             _ => json!({"kind": self.kind, "apiVersion": self.api_version, "metadata": metadata}),
         };
-        frame_of("BOOKMARK", &object)
+        frame_of(self.encoder.format, "BOOKMARK", &object)
     }
 
     async fn run(

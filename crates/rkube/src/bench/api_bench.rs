@@ -13,6 +13,8 @@
 //! - `watch`: `--watchers` watches on one namespace, then 8 writers create `--watch-events` ConfigMaps
 //!   stamped with their issue time; every watcher must see every event exactly once (delay from issuing a
 //!   write to a watcher reading it: p50/p99/max, and the time from the first write to the last delivery).
+//!   `--protobuf-watchers P` makes P% of them watch in protobuf; the server's count of encoded frames per
+//!   format (`rkube_watch_event_encodings_total`, when it has it) is reported.
 //!
 //! With `--server-pid` the server's resident memory is read from `/proc` when idle and after each scenario.
 //!
@@ -23,6 +25,7 @@
 //! also extracts each page's `continue`); peerbench also decodes list items.
 
 mod http;
+mod watch;
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -32,7 +35,6 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use clap::Args;
 use hdrhistogram::Histogram;
-use http_body_util::BodyExt;
 use hyper::StatusCode;
 use serde::de::IgnoredAny;
 use serde::Deserialize;
@@ -79,6 +81,9 @@ pub struct ApiBenchArgs {
     /// Concurrent watches in the fan-out.
     #[arg(long, default_value_t = 100)]
     watchers: usize,
+    /// Percentage of the watchers that ask for protobuf (the rest ask for JSON).
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u8).range(0..=100))]
+    protobuf_watchers: u8,
     /// Objects created while the watches are open.
     #[arg(long, default_value_t = 10_000)]
     watch_events: u64,
@@ -160,7 +165,7 @@ async fn run_scenarios(
         sample_rss(args, rss, "after lists")?;
     }
     if wants("watch") {
-        watch_scenario(args, client, &run_id).await?;
+        watch::watch_scenario(args, client, &run_id).await?;
         sample_rss(args, rss, "after watch fan-out")?;
     }
     Ok(())
@@ -534,252 +539,4 @@ async fn list_scenario(
         );
     }
     Ok(())
-}
-
-/// What one watcher saw.
-struct WatcherResult {
-    delays: Histogram<u64>,
-    /// Microseconds since the shared epoch of its last delivery.
-    last_delivery: u64,
-}
-
-async fn watch_scenario(
-    args: &ApiBenchArgs,
-    client: &ApiClient,
-    run_id: &str,
-) -> Result<(), String> {
-    let ns = format!("{}-watch", args.namespace);
-    let path = format!("/api/v1/namespaces/{ns}/configmaps");
-    let (watchers, events) = (args.watchers, args.watch_events);
-    ensure_namespace(client, &ns).await?;
-    let body = client
-        .get(&format!("{path}?limit=1"))
-        .await?
-        .expect(&[StatusCode::OK], &path)?;
-    let rv = parse_list(&body, &path)?
-        .metadata
-        .resource_version
-        .ok_or_else(|| format!("LIST {path}: no metadata.resourceVersion"))?;
-    let watch_path: Arc<str> =
-        format!("{path}?watch=true&resourceVersion={}", query_escape(&rv)).into();
-
-    warm_up(client, WATCH_WRITERS).await?;
-    let epoch = Instant::now();
-    let delivered = Arc::new(AtomicU64::new(0));
-    let (ready_tx, mut ready_rx) = tokio::sync::mpsc::channel::<Result<(), String>>(watchers);
-    // Watchers read (and time out when idle) only once every watch is open and the writers start.
-    let (go_tx, go_rx) = tokio::sync::watch::channel(false);
-    let watch_clients: Vec<ApiClient> = (0..watchers.div_ceil(WATCHES_PER_CONNECTION))
-        .map(|_| client.with_own_connections())
-        .collect();
-    let mut handles = Vec::new();
-    for w in 0..watchers {
-        let (client, watch_path, delivered, ready) = (
-            watch_clients[w / WATCHES_PER_CONNECTION].clone(),
-            watch_path.clone(),
-            delivered.clone(),
-            ready_tx.clone(),
-        );
-        let mut go = go_rx.clone();
-        handles.push(tokio::spawn(async move {
-            let body = match client.open_stream(&watch_path, WATCH_IDLE * 2).await {
-                Ok(body) => body,
-                Err(e) => {
-                    let _ = ready.send(Err(e.clone())).await;
-                    return Err(e);
-                }
-            };
-            let _ = ready.send(Ok(())).await;
-            go.wait_for(|go| *go)
-                .await
-                .map_err(|_| "watch scenario abandoned".to_string())?;
-            read_watch(body, events, epoch, &delivered).await
-        }));
-    }
-    drop(ready_tx);
-    let abort_all = |handles: &[tokio::task::JoinHandle<_>]| handles.iter().for_each(|h| h.abort());
-    for opened in 0..watchers {
-        let next = tokio::time::timeout(WATCH_IDLE, ready_rx.recv()).await;
-        let failure = match next {
-            Ok(Some(Ok(()))) => continue,
-            Ok(Some(Err(e))) => e,
-            Ok(None) => "a watcher ended before opening its watch".to_string(),
-            Err(_) => format!("only {opened} of {watchers} watches opened within {WATCH_IDLE:?}"),
-        };
-        abort_all(&handles);
-        return Err(failure);
-    }
-
-    let _ = go_tx.send(true);
-    let first_write = epoch.elapsed().as_micros() as u64;
-    let (client2, ns2) = (client.clone(), ns.clone());
-    let prefix = format!("w-{run_id}-");
-    let writes = closed_loop(WATCH_WRITERS, Until::Ops(events), move |i| {
-        let (client, ns) = (client2.clone(), ns2.clone());
-        let stamp = format!("{i}:{}", epoch.elapsed().as_micros());
-        let body = configmap(&format!("{prefix}{i}"), STAMP_KEY, &stamp);
-        async move { create_configmap(&client, &ns, body, false).await }
-    })
-    .await;
-    let writes = match writes {
-        Ok(w) => w,
-        Err(e) => {
-            abort_all(&handles);
-            return Err(e);
-        }
-    };
-
-    // Wait for the deliveries while they make progress.
-    let expected = watchers as u64 * events;
-    let mut all = Box::pin(futures::future::join_all(handles.iter_mut()));
-    let (mut last_count, mut last_progress) = (u64::MAX, Instant::now());
-    let results = loop {
-        if let Ok(results) = tokio::time::timeout(Duration::from_secs(1), &mut all).await {
-            break results;
-        }
-        let now = delivered.load(Ordering::Relaxed);
-        if now != last_count {
-            (last_count, last_progress) = (now, Instant::now());
-        } else if last_progress.elapsed() >= WATCH_STALL {
-            drop(all);
-            abort_all(&handles);
-            return Err(format!(
-                "watch fan-out stalled: {now} of {expected} deliveries, none in the last {WATCH_STALL:?}"
-            ));
-        }
-    };
-    let mut delays = new_histogram();
-    let mut last_delivery = 0;
-    for r in results {
-        let r = r.map_err(|e| e.to_string())??;
-        delays.add(&r.delays).map_err(|e| e.to_string())?;
-        last_delivery = last_delivery.max(r.last_delivery);
-    }
-    if delays.len() != expected {
-        return Err(format!(
-            "{} deliveries, expected {watchers} x {events} = {expected}",
-            delays.len()
-        ));
-    }
-    let span = Duration::from_micros(last_delivery.saturating_sub(first_write));
-    println!();
-    println!(
-        "| watchers | events | deliveries | delay p50 ms | delay p99 ms | delay max ms | first write to last delivery s | deliveries/s | writes/s |"
-    );
-    println!("|---|---|---|---|---|---|---|---|---|");
-    println!(
-        "| {watchers} | {events} | {} | {:.2} | {:.2} | {:.2} | {:.2} | {:.0} | {:.0} |",
-        delays.len(),
-        ms(delays.value_at_quantile(0.5)),
-        ms(delays.value_at_quantile(0.99)),
-        ms(delays.max()),
-        span.as_secs_f64(),
-        expected as f64 / span.as_secs_f64(),
-        writes.per_second()
-    );
-    Ok(())
-}
-
-/// Reads one watch stream until it has delivered each of the `events` stamped objects exactly once.
-async fn read_watch(
-    mut body: hyper::body::Incoming,
-    events: u64,
-    epoch: Instant,
-    delivered: &AtomicU64,
-) -> Result<WatcherResult, String> {
-    let mut seen = vec![false; events as usize];
-    let mut result = WatcherResult {
-        delays: new_histogram(),
-        last_delivery: 0,
-    };
-    let mut partial: Vec<u8> = Vec::new();
-    while result.delays.len() < events {
-        let got = result.delays.len();
-        let frame = match tokio::time::timeout(WATCH_IDLE, body.frame()).await {
-            Err(_) => {
-                return Err(format!(
-                    "watch idle for {WATCH_IDLE:?} after {got} of {events} events"
-                ))
-            }
-            Ok(None) => {
-                return Err(format!(
-                    "watch ended by the server after {got} of {events} events"
-                ))
-            }
-            Ok(Some(Err(e))) => {
-                return Err(format!(
-                    "watch stream failed after {got} of {events} events: {e}"
-                ))
-            }
-            Ok(Some(Ok(frame))) => frame,
-        };
-        let Ok(data) = frame.into_data() else {
-            continue;
-        };
-        let now = epoch.elapsed().as_micros() as u64;
-        partial.extend_from_slice(&data);
-        let mut start = 0;
-        while let Some(end) = memchr::memchr(b'\n', &partial[start..]) {
-            let line = &partial[start..start + end];
-            start += end + 1;
-            let Some((index, issued)) = event_stamp(line)? else {
-                continue;
-            };
-            let slot = seen.get_mut(index as usize).ok_or_else(|| {
-                format!("watch event for object {index}, only {events} were written")
-            })?;
-            if std::mem::replace(slot, true) {
-                return Err(format!("watch delivered object {index} twice"));
-            }
-            let _ = result.delays.record(now.saturating_sub(issued).max(1));
-            result.last_delivery = now;
-            delivered.fetch_add(1, Ordering::Relaxed);
-        }
-        partial.drain(..start);
-    }
-    Ok(result)
-}
-
-/// The `(index, issue micros)` stamp of a watch event line; `None` for blank lines and bookmarks. The
-/// stamp is found by a byte search; a line without the compact `"key":"` form is parsed as JSON.
-fn event_stamp(line: &[u8]) -> Result<Option<(u64, u64)>, String> {
-    let line = line.trim_ascii();
-    if line.is_empty() {
-        return Ok(None);
-    }
-    let raw = match memchr::memmem::find(line, STAMP_NEEDLE) {
-        Some(at) => {
-            let rest = &line[at + STAMP_NEEDLE.len()..];
-            let end = memchr::memchr(b'"', rest).ok_or("watch event: unterminated stamp")?;
-            String::from_utf8_lossy(&rest[..end]).into_owned()
-        }
-        None => {
-            let event: serde_json::Value = serde_json::from_slice(line).map_err(|e| {
-                format!(
-                    "watch event is not JSON ({e}): {}",
-                    String::from_utf8_lossy(&line[..line.len().min(300)])
-                )
-            })?;
-            match event["type"].as_str() {
-                Some("BOOKMARK") => return Ok(None),
-                Some("ERROR") => return Err(format!("watch ERROR event: {}", event["object"])),
-                _ => {}
-            }
-            match event["object"]["data"][STAMP_KEY].as_str() {
-                Some(s) => s.to_string(),
-                None => {
-                    return Err(format!(
-                        "watch event without a stamp: {}",
-                        String::from_utf8_lossy(&line[..line.len().min(300)])
-                    ))
-                }
-            }
-        }
-    };
-    let parsed = raw
-        .split_once(':')
-        .and_then(|(i, t)| Some((i.parse().ok()?, t.parse().ok()?)));
-    parsed
-        .map(Some)
-        .ok_or_else(|| format!("watch event: bad stamp {raw:?}"))
 }

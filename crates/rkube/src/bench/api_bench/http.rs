@@ -266,8 +266,17 @@ impl ApiClient {
     }
 
     /// Starts a streaming GET (a watch): returns once the response headers arrive, with the body unread.
-    pub async fn open_stream(&self, path: &str, timeout: Duration) -> Result<Incoming, String> {
-        let req = self.request(Method::GET, path, None)?;
+    pub async fn open_stream(
+        &self,
+        path: &str,
+        timeout: Duration,
+        accept: &str,
+    ) -> Result<Incoming, String> {
+        let mut req = self.request(Method::GET, path, None)?;
+        req.headers_mut().insert(
+            http::header::ACCEPT,
+            http::HeaderValue::from_str(accept).map_err(|e| e.to_string())?,
+        );
         let resp = tokio::time::timeout(timeout, self.client.request(req))
             .await
             .map_err(|_| format!("GET {path}: no response headers within {timeout:?}"))?

@@ -92,6 +92,11 @@ pub fn check_type(
     Ok(())
 }
 
+/// Whether the body is protobuf.
+pub fn is_protobuf(headers: &HeaderMap) -> bool {
+    content_type(headers) == protobuf::MEDIA_TYPE
+}
+
 /// `content-type` of a PATCH.
 pub fn patch_type(headers: &HeaderMap) -> String {
     content_type(headers)

@@ -318,6 +318,12 @@ async fn dispatch(
     };
     // Upstream negotiates the output before acting, so a 406 leaves nothing changed.
     ctx.negotiated()?;
+    if ctx.resource.custom && !body.is_empty() && decode::is_protobuf(headers) {
+        // Custom resources have no protobuf form, whatever the body holds.
+        return Err(ApiError::unsupported_media_type(
+            apimachinery::serializer::protobuf::MEDIA_TYPE,
+        ));
+    }
     if req.verb == Verb::Create && reviews::is_review(&ctx.resource.group, &ctx.resource.plural) {
         return reviews::create(&ctx, user, body);
     }

@@ -74,7 +74,10 @@ pub(super) async fn watch_scenario(
                 Format::Json => "application/json",
                 Format::Protobuf => "application/vnd.kubernetes.protobuf, application/json",
             };
-            let body = match client.open_stream(&watch_path, WATCH_IDLE * 2, accept).await {
+            let body = match client
+                .open_stream(&watch_path, WATCH_IDLE * 2, accept)
+                .await
+            {
                 Ok(body) => body,
                 Err(e) => {
                     let _ = ready.send(Err(e.clone())).await;
@@ -191,7 +194,8 @@ enum Format {
 /// The server's `rkube_watch_event_encodings_total` for JSON and protobuf (None for a server without it).
 async fn encoded_frames(client: &ApiClient) -> Option<(u64, u64)> {
     let reply = client.get("/metrics").await.ok()?;
-    let text = String::from_utf8_lossy(&reply.expect(&[StatusCode::OK], "/metrics").ok()?).into_owned();
+    let text =
+        String::from_utf8_lossy(&reply.expect(&[StatusCode::OK], "/metrics").ok()?).into_owned();
     let count = |format: &str| -> Option<u64> {
         let prefix = format!("rkube_watch_event_encodings_total{{format=\"{format}\"}} ");
         text.lines()
@@ -279,8 +283,8 @@ fn next_event(format: Format, buf: &[u8]) -> Option<(&[u8], usize)> {
 /// event is decoded.
 fn event_stamp(format: Format, line: &[u8]) -> Result<Option<(u64, u64)>, String> {
     if format == Format::Protobuf {
-        let (kind, object) = protobuf::decode_watch_event(line)
-            .map_err(|e| format!("protobuf watch event: {e}"))?;
+        let (kind, object) =
+            protobuf::decode_watch_event(line).map_err(|e| format!("protobuf watch event: {e}"))?;
         return match (kind.as_str(), object["data"][STAMP_KEY].as_str()) {
             ("BOOKMARK", _) => Ok(None),
             ("ERROR", _) => Err(format!("watch ERROR event: {object}")),

@@ -124,7 +124,17 @@ impl Cluster {
     }
 
     pub fn kubectl_output(&self, args: &[&str], stdin: Option<&str>) -> Output {
+        self.kubectl_with(args, stdin, &[])
+    }
+
+    /// kubectl with extra environment variables (e.g. `EDITOR` for `kubectl edit`).
+    pub fn kubectl_output_env(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
+        self.kubectl_with(args, None, env)
+    }
+
+    fn kubectl_with(&self, args: &[&str], stdin: Option<&str>, env: &[(&str, &str)]) -> Output {
         let mut cmd = Command::new("kubectl");
+        cmd.envs(env.iter().copied());
         cmd.args(args)
             .env("KUBECONFIG", &self.kubeconfig)
             .env("HOME", self.dir.path())

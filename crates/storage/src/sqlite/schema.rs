@@ -97,10 +97,12 @@ pub fn open_writer(path: &Path, durability: Durability) -> Result<Connection> {
             "the file is an SQLite database but not an rkube store",
         ));
     }
-    conn.execute_batch(SCHEMA)
-        .map_err(|e| open_error(path, e))?;
-    conn.pragma_update(None, "application_id", APPLICATION_ID)
-        .map_err(|e| open_error(path, e))?;
+    // The tables and the application id are written in one transaction: a process killed while creating
+    // a new store leaves an empty file, never tables without the id (which would read as foreign).
+    conn.execute_batch(&format!(
+        "BEGIN IMMEDIATE; {SCHEMA}; PRAGMA application_id = {APPLICATION_ID}; COMMIT;"
+    ))
+    .map_err(|e| open_error(path, e))?;
     // A quick structural check catches truncated or overwritten pages at startup, not mid-request.
     let check: String = conn
         .query_row("PRAGMA quick_check(1)", [], |r| r.get(0))

@@ -3,6 +3,7 @@
 //!
 //! - [`status`]: API errors as `metav1.Status` with upstream's codes, reasons and wording.
 //! - [`labels`], [`fields`]: label and field selectors.
+//! - [`fieldmanager`]: managedFields and server-side apply.
 //! - [`patch`]: JSON patch, JSON merge patch and strategic merge patch.
 //! - [`defaults`], [`validation`]: defaulting and validation of built-in kinds.
 //! - [`resources`]: the registry of served resources (built-in and custom), which discovery publishes.
@@ -13,6 +14,7 @@
 //! kinds and custom resources.
 
 pub mod defaults;
+pub mod fieldmanager;
 pub mod fields;
 pub mod labels;
 pub mod patch;

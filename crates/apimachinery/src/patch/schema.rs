@@ -386,6 +386,12 @@ pub fn schema_for(group: &str, kind: &str) -> PatchSchema {
         .map_or(PatchSchema::none(), |(_, _, ty)| PatchSchema::of(ty))
 }
 
+/// The schema of an object of a kind without a table entry (a custom resource): only `metadata` has
+/// metadata (owner references keyed by uid, finalizers a set).
+pub fn object_schema() -> PatchSchema {
+    PatchSchema::of("Object")
+}
+
 /// Whether the kind accepts `application/strategic-merge-patch+json`. Upstream answers 415 Unsupported
 /// Media Type for custom resources, which have no Go struct tags; only built-in kinds of the table do.
 pub fn supports_strategic_merge(group: &str, kind: &str) -> bool {

@@ -3,6 +3,7 @@
 //! An update without a resourceVersion precondition is retried on conflict, as upstream's
 //! `GuaranteedUpdate`; one with a precondition gets 409.
 
+use apimachinery::fieldmanager;
 use apimachinery::status::ApiError;
 use bytes::Bytes;
 use http::{Response, StatusCode};
@@ -83,15 +84,26 @@ fn prepare_identity(ctx: &Ctx<'_>, obj: &mut Value) -> Result<(), ApiError> {
 }
 
 /// Defaults, validates and stores a new object; returns its served JSON.
-pub async fn create_object(ctx: &Ctx<'_>, mut obj: Value) -> Result<Bytes, ApiError> {
+pub async fn create_object(ctx: &Ctx<'_>, obj: Value) -> Result<Bytes, ApiError> {
+    create_tracked(ctx, obj, true).await
+}
+
+/// [`create_object`]; `track` false when the managed fields are already set (a server-side apply).
+async fn create_tracked(ctx: &Ctx<'_>, mut obj: Value, track: bool) -> Result<Bytes, ApiError> {
     let (group, kind) = (ctx.resource.group.clone(), ctx.resource.kind.clone());
     let uid = uuid::Uuid::new_v4().to_string();
+    let now = objects::now_rfc3339();
     objects::set_meta(&mut obj, "uid", uid.clone());
-    objects::set_meta(&mut obj, "creationTimestamp", objects::now_rfc3339());
+    objects::set_meta(&mut obj, "creationTimestamp", now.clone());
     strategy::prepare_for_create(&ctx.resource, &mut obj);
     apimachinery::defaults::apply_defaults(&group, &kind, &mut obj);
     if (group.as_str(), kind.as_str()) == ("batch", "Job") {
         apimachinery::defaults::default_job_selector(&mut obj, &uid);
+    }
+    let manager = field_manager(ctx)?;
+    if track && !manager.is_empty() {
+        // As upstream, a create owns what it set, defaulted fields included.
+        fieldmanager::on_create(&operation(ctx, None, &manager, &now), &mut obj);
     }
     let name = objects::name(&obj).to_string();
     let errors = if name.is_empty() {
@@ -131,6 +143,32 @@ pub async fn create_object(ctx: &Ctx<'_>, mut obj: Value) -> Result<Bytes, ApiEr
             Err(ApiError::already_exists(&ctx.qualified(), &name))
         }
         Err(e) => Err(storage_error(e)),
+    }
+}
+
+/// The field manager of the request (`fieldManager`, else the user agent's product name).
+fn field_manager(ctx: &Ctx<'_>) -> Result<String, ApiError> {
+    let user_agent = ctx
+        .headers
+        .get(http::header::USER_AGENT)
+        .and_then(|v| v.to_str().ok());
+    fieldmanager::manager_name(ctx.query.get("fieldManager"), user_agent)
+}
+
+fn operation<'a>(
+    ctx: &'a Ctx<'_>,
+    sub: Option<&'a str>,
+    manager: &'a str,
+    now: &'a str,
+) -> fieldmanager::Operation<'a> {
+    fieldmanager::Operation {
+        group: &ctx.resource.group,
+        kind: &ctx.resource.kind,
+        api_version: ctx.resource.api_version(),
+        manager,
+        subresource: sub,
+        has_status: ctx.resource.has_subresource("status"),
+        now,
     }
 }
 
@@ -223,7 +261,7 @@ pub async fn update(
     let precondition = precondition
         .map(|rv| objects::parse_resource_version(&rv).map_err(ApiError::bad_request))
         .transpose()?;
-    let mut resp = guaranteed_update(ctx, sub, precondition, |_old| Ok(obj.clone())).await?;
+    let mut resp = guaranteed_update(ctx, sub, precondition, true, |_old| Ok(obj.clone())).await?;
     add_warnings(&mut resp, &warnings);
     Ok(resp)
 }
@@ -241,6 +279,15 @@ pub async fn patch(
         ));
     }
     let patch_type = decode::patch_type(ctx.headers);
+    if patch_type == "application/apply-patch+yaml" {
+        return server_side_apply(ctx, sub, &body).await;
+    }
+    if ctx.query.get("force").is_some() {
+        return Err(patch_options_invalid(
+            "force",
+            "Forbidden: may not be specified for non-apply patch",
+        ));
+    }
     let patch: Value = serde_json::from_slice(&body)
         .map_err(|e| ApiError::bad_request(format!("error decoding patch: {e}")))?;
     let (group, version, kind) = (
@@ -276,14 +323,6 @@ pub async fn patch(
                     apimachinery::patch::schema_for(g, k),
                 )
             }
-            "application/apply-patch+yaml" => {
-                return Err(ApiError {
-                    code: 415,
-                    reason: "UnsupportedMediaType",
-                    message: "server-side apply is not supported yet".into(),
-                    details: None,
-                })
-            }
             other => return Err(ApiError::unsupported_media_type(other)),
         };
         let mut patched = result.map_err(|e| e.to_api_error())?;
@@ -295,7 +334,94 @@ pub async fn patch(
         typed::check_fields(g, v, k, &mut patched, field_validation.as_deref())?;
         Ok(patched)
     };
-    guaranteed_update(ctx, sub, None, apply).await
+    guaranteed_update(ctx, sub, None, true, apply).await
+}
+
+/// `PatchOptions` validation errors (422), as upstream words them.
+fn patch_options_invalid(field: &str, detail: &str) -> ApiError {
+    ApiError {
+        code: 422,
+        reason: "Invalid",
+        message: format!("PatchOptions.meta.k8s.io \"\" is invalid: {field}: {detail}"),
+        details: None,
+    }
+}
+
+/// PATCH with `application/apply-patch+yaml`: server-side apply of the configuration in the body,
+/// creating the object when it does not exist.
+async fn server_side_apply(
+    ctx: &Ctx<'_>,
+    sub: Option<&str>,
+    body: &[u8],
+) -> Result<Response<Body>, ApiError> {
+    let manager = ctx.query.get("fieldManager").unwrap_or("").to_string();
+    if manager.is_empty() {
+        return Err(patch_options_invalid(
+            "fieldManager",
+            "Required value: is required for apply patch",
+        ));
+    }
+    fieldmanager::manager_name(Some(&manager), None)?;
+    let force = match ctx.query.get("force") {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "invalid force parameter {other:?}"
+            )))
+        }
+    };
+    let mut config: Value = serde_yaml_ng::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("error decoding YAML: {e}")))?;
+    if !config.is_object() {
+        return Err(ApiError::bad_request(
+            "the apply configuration must be an object",
+        ));
+    }
+    for (field, what) in [("apiVersion", "apiVersion"), ("kind", "kind")] {
+        if config
+            .get(field)
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .is_empty()
+        {
+            return Err(ApiError::bad_request(format!("{what} must be set")));
+        }
+    }
+    decode::check_type(
+        &ctx.resource,
+        &ctx.resource.api_version(),
+        &ctx.resource.kind,
+        &mut config,
+    )?;
+    let body_name = objects::name(&config);
+    if !body_name.is_empty() && body_name != ctx.name() {
+        return Err(ApiError::bad_request(format!(
+            "the name of the object ({body_name}) does not match the name on the URL ({})",
+            ctx.name()
+        )));
+    }
+    typed::check_fields(
+        &ctx.resource.group,
+        &ctx.resource.version,
+        &ctx.resource.kind,
+        &mut config,
+        ctx.query.get("fieldValidation"),
+    )?;
+    let apply = |old: Option<&Value>| -> Result<Value, ApiError> {
+        let now = objects::now_rfc3339();
+        fieldmanager::apply(&operation(ctx, sub, &manager, &now), old, &config, force)
+    };
+    match guaranteed_update(ctx, sub, None, false, |old| apply(Some(old))).await {
+        Err(e) if e.code == 404 && sub.is_none() => {
+            let mut obj = apply(None)?;
+            objects::set_meta(&mut obj, "name", ctx.name());
+            prepare_identity(ctx, &mut obj)?;
+            let kv = create_tracked(ctx, obj, false).await?;
+            ctx.object_response(StatusCode::CREATED, kv)
+        }
+        other => other,
+    }
 }
 
 /// Reads the current object, computes the new one with `make`, and writes it with the current
@@ -304,8 +430,14 @@ async fn guaranteed_update(
     ctx: &Ctx<'_>,
     sub: Option<&str>,
     precondition: Option<i64>,
+    track: bool,
     make: impl Fn(&Value) -> Result<Value, ApiError>,
 ) -> Result<Response<Body>, ApiError> {
+    let manager = if track {
+        field_manager(ctx)?
+    } else {
+        String::new()
+    };
     for _ in 0..MAX_RETRIES {
         let (old, old_rv) = ctx.current(ctx.namespace(), ctx.name()).await?;
         let mut new = make(&old)?;
@@ -368,6 +500,15 @@ async fn guaranteed_update(
                 ))
             }
         };
+        if !manager.is_empty() {
+            let now = objects::now_rfc3339();
+            let tracked = match sub {
+                None | Some("status") | Some("scale") => sub,
+                // Other subresources write through the main resource's fields.
+                Some(_) => None,
+            };
+            fieldmanager::on_update(&operation(ctx, tracked, &manager, &now), &old, &mut new)?;
+        }
         let errors = apimachinery::validation::validate_update(
             &ctx.resource.group,
             &ctx.resource.kind,

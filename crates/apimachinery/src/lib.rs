@@ -5,6 +5,7 @@
 //! - [`labels`], [`fields`]: label and field selectors.
 //! - [`fieldmanager`]: managedFields and server-side apply.
 //! - [`patch`]: JSON patch, JSON merge patch and strategic merge patch.
+//! - [`conversion`]: versions of a resource sharing one storage (events.k8s.io and core Events).
 //! - [`defaults`], [`validation`]: defaulting and validation of built-in kinds.
 //! - [`resources`]: the registry of served resources (built-in and custom), which discovery publishes.
 //! - [`serializer`]: the wire formats besides JSON: Kubernetes protobuf and CBOR.
@@ -13,6 +14,7 @@
 //! Objects are handled as `serde_json::Value` in their served JSON form, so the same code serves built-in
 //! kinds and custom resources.
 
+pub mod conversion;
 pub mod defaults;
 pub mod fieldmanager;
 pub mod fields;

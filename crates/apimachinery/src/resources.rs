@@ -291,9 +291,10 @@ const BUILTIN: &[Spec] = &[
         &[],
         &[],
     ),
+    // The same objects as core/v1 Events, converted (see `conversion`).
     stored(
         s("events.k8s.io", "Event", "events", NS, &["ev"], &[]),
-        "events.k8s.io/events",
+        "events",
     ),
     gen(s(
         "policy",

@@ -558,6 +558,46 @@ fn describe_and_events(c: &Cluster) {
         ["LAST", "SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"]
     );
     assert!(events.contains("Pod/p1"), "{events}");
+
+    // events.k8s.io/v1 and core/v1 Events are the same objects, converted.
+    let new_style = "apiVersion: events.k8s.io/v1\nkind: Event\nmetadata: {name: p1.pulled, namespace: default}\neventTime: \"2026-01-01T00:00:01.000000Z\"\nregarding: {apiVersion: v1, kind: Pod, name: p1, namespace: default}\nreason: Pulled\nnote: image pulled\ntype: Normal\naction: Pull\nreportingController: kubelet\nreportingInstance: n1\n";
+    assert_eq!(
+        run(c, &["create", "-f", "-"], Some(new_style)).trim(),
+        "event.events.k8s.io/p1.pulled created"
+    );
+    assert_eq!(
+        run(
+            c,
+            &[
+                "get",
+                "event",
+                "p1.pulled",
+                "-o",
+                "jsonpath={.message}/{.involvedObject.name}/{.reportingComponent}"
+            ],
+            None
+        ),
+        "image pulled/p1/kubelet"
+    );
+    assert_eq!(
+        run(
+            c,
+            &[
+                "get",
+                "events.v1.events.k8s.io",
+                "p1.tour",
+                "-o",
+                "jsonpath={.note}/{.regarding.name}/{.deprecatedCount}"
+            ],
+            None
+        ),
+        "Successfully assigned default/p1 to n1/p1/1"
+    );
+    let both = run(c, &["events", "--for", "pod/p1"], None);
+    assert!(
+        both.contains("image pulled") && both.contains("Successfully assigned"),
+        "{both}"
+    );
 }
 
 fn deletes(c: &Cluster) {

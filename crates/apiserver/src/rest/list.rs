@@ -107,6 +107,11 @@ pub async fn list(ctx: &Ctx<'_>) -> Result<Response<Body>, ApiError> {
 type Page = (Vec<Bytes>, i64, Option<String>);
 
 fn finish(ctx: &Ctx<'_>, (items, revision, next): Page) -> Result<Response<Body>, ApiError> {
+    let items: Vec<Bytes> = if ctx.stored_version().is_some() {
+        items.into_iter().map(|i| ctx.served(i)).collect()
+    } else {
+        items
+    };
     match ctx.representation()? {
         Representation::Object => Ok(response::bytes_response(
             StatusCode::OK,

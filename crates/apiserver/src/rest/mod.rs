@@ -136,12 +136,41 @@ impl Ctx<'_> {
         }
     }
 
+    /// The version objects of this resource are stored in, when it differs from the served one.
+    pub fn stored_version(&self) -> Option<&'static str> {
+        apimachinery::conversion::stored_version(
+            &self.resource.group,
+            &self.resource.version,
+            &self.resource.kind,
+        )
+    }
+
+    /// A stored object's JSON in the served version.
+    pub fn served(&self, json: Bytes) -> Bytes {
+        if self.stored_version().is_none() {
+            return json;
+        }
+        let Ok(mut obj) = serde_json::from_slice::<Value>(&json) else {
+            return json;
+        };
+        apimachinery::conversion::to_served(&mut obj, &self.resource.api_version());
+        serde_json::to_vec(&obj).map(Bytes::from).unwrap_or(json)
+    }
+
+    /// A served object in its stored version (a no-op for most resources).
+    pub fn to_stored(&self, obj: &mut Value) {
+        if let Some(stored) = self.stored_version() {
+            apimachinery::conversion::to_stored(obj, stored);
+        }
+    }
+
     /// Serves one object in the negotiated representation.
     pub fn object_response(
         &self,
         code: StatusCode,
         json: Bytes,
     ) -> Result<Response<Body>, ApiError> {
+        let json = self.served(json);
         match self.representation()? {
             Representation::Object => Ok(response::bytes_response(code, response::JSON, json)),
             Representation::Table { include_object } => {

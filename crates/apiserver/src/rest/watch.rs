@@ -97,6 +97,7 @@ pub async fn watch(ctx: &Ctx<'_>) -> Result<Response<Body>, ApiError> {
             format,
             resource: ctx.resource.clone(),
             metrics: ctx.api.metrics.clone(),
+            convert_to: ctx.stored_version().map(|_| ctx.resource.api_version()),
         },
         kind: ctx.resource.kind.clone(),
         api_version: ctx.resource.api_version(),
@@ -166,10 +167,26 @@ struct Encoder {
     format: Format,
     resource: Arc<apimachinery::resources::Resource>,
     metrics: Arc<crate::metrics::ApiMetrics>,
+    /// The served apiVersion, for a resource stored in another version.
+    convert_to: Option<String>,
 }
 
 impl Encoder {
     fn frame(&self, event: &CacheEvent, kind: EventType) -> Bytes {
+        if let Some(api_version) = &self.convert_to {
+            // A converted resource: its frames differ from the stored version's, so they are not shared.
+            let mut obj: Value = serde_json::from_slice(&event.object.json).unwrap_or(Value::Null);
+            apimachinery::conversion::to_served(&mut obj, api_version);
+            let obj = match self.repr {
+                Representation::Object => obj,
+                Representation::Table { include_object } => {
+                    let rv = event.rv.to_string();
+                    table::table(&self.resource, &[obj], include_object, &rv, None)
+                }
+                Representation::Metadata => table::partial_metadata(&obj),
+            };
+            return frame_of(self.format, kind.as_str(), &obj);
+        }
         match self.repr {
             Representation::Object => event.frame(kind, self.format, || {
                 self.metrics.watch_event_encoded(self.format.index());

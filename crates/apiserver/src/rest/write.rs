@@ -123,6 +123,7 @@ async fn create_tracked(ctx: &Ctx<'_>, mut obj: Value, track: bool) -> Result<By
     if (group.as_str(), kind.as_str()) == ("", "Service") {
         ctx.api.services.allocate(&ctx.api.caches, &mut obj)?;
     }
+    ctx.to_stored(&mut obj);
     if ctx.dry_run() {
         return serde_json::to_vec(&obj)
             .map(Bytes::from)
@@ -439,7 +440,10 @@ async fn guaranteed_update(
         String::new()
     };
     for _ in 0..MAX_RETRIES {
-        let (old, old_rv) = ctx.current(ctx.namespace(), ctx.name()).await?;
+        let (mut old, old_rv) = ctx.current(ctx.namespace(), ctx.name()).await?;
+        if ctx.stored_version().is_some() {
+            apimachinery::conversion::to_served(&mut old, &ctx.resource.api_version());
+        }
         let mut new = make(&old)?;
         // A resourceVersion in the new object (a PUT body, or one a patch set) is a precondition.
         let body_rv = objects::meta_str(&new, "resourceVersion")
@@ -531,6 +535,7 @@ async fn guaranteed_update(
             return super::delete::delete_now(ctx, &new, old_rv).await;
         }
         let key = ctx.key(ctx.namespace(), ctx.name());
+        ctx.to_stored(&mut new);
         match ctx
             .api
             .store

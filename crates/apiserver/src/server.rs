@@ -248,7 +248,7 @@ fn public(path: &str) -> Response<Body> {
     )
 }
 
-fn not_found() -> ApiError {
+pub(crate) fn not_found() -> ApiError {
     ApiError {
         code: 404,
         reason: "NotFound",
@@ -306,12 +306,8 @@ async fn route(
                 text,
             ))
         }
-        Target::NonResource if path == "/openapi/v3" || path == "/openapi/v3/" => {
-            discovery_json(crate::openapi::root(&snap()))
-        }
-        Target::NonResource if path.starts_with("/openapi/v3/") => {
-            crate::openapi::group_version(&snap(), &path["/openapi/v3/".len()..])
-                .map_or_else(|| Err(not_found()), discovery_json)
+        Target::NonResource if path.starts_with("/openapi/") => {
+            crate::openapi::handler::serve(api, &snap(), path, query, headers)
         }
         Target::NonResource => Err(not_found()),
     }

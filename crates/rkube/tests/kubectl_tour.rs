@@ -635,6 +635,35 @@ fn deletes(c: &Cluster) {
         .trim(),
         "deployment.apps \"web\" deleted"
     );
+    // Orphan and foreground deletion: the API marks the object with the finalizer the garbage collector
+    // acts on (`--wait=false`: waiting for the removal needs the garbage collector of issue 9).
+    for (name, cascade, finalizer) in [
+        ("keep-pods", "orphan", "orphan"),
+        ("fg", "foreground", "foregroundDeletion"),
+    ] {
+        run(c, &["create", "deployment", name, "--image=nginx"], None);
+        let deleted = run(
+            c,
+            &[
+                "delete",
+                "deployment",
+                name,
+                &format!("--cascade={cascade}"),
+                "--wait=false",
+            ],
+            None,
+        );
+        assert_eq!(
+            deleted.trim(),
+            format!("deployment.apps \"{name}\" deleted")
+        );
+        let marked = json(c, &["get", "deployment", name]);
+        assert_eq!(
+            marked["metadata"]["finalizers"],
+            serde_json::json!([finalizer])
+        );
+        assert!(marked["metadata"]["deletionTimestamp"].is_string());
+    }
     let missing = c.kubectl_fails(&["delete", "deployment", "web"], None);
     assert!(
         missing.contains(r#"Error from server (NotFound): deployments.apps "web" not found"#),
@@ -742,6 +771,29 @@ data: {a: "1", b: "2"}
     assert_eq!(
         applied["metadata"]["labels"],
         serde_json::json!({"app": "tour"})
+    );
+
+    // --prune with a label selector deletes what the manifest no longer has.
+    let two = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: pa, labels: {set: prune}}\n---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: pb, labels: {set: prune}}\n";
+    run(
+        c,
+        &["apply", "--prune", "-l", "set=prune", "-f", "-"],
+        Some(two),
+    );
+    let one = two.split("---\n").next().unwrap();
+    let pruned = run(
+        c,
+        &["apply", "--prune", "-l", "set=prune", "-f", "-"],
+        Some(one),
+    );
+    assert_eq!(pruned, "configmap/pa unchanged\nconfigmap/pb pruned\n");
+    assert_eq!(
+        run(
+            c,
+            &["get", "configmaps", "-l", "set=prune", "-o", "name"],
+            None
+        ),
+        "configmap/pa\n"
     );
 }
 

@@ -11,6 +11,7 @@ use support::{Backend, Cluster};
 const CLIENT_SIDE_WARNINGS: &[&str] = &[
     "Warning: deleting Pods that declare no controller",
     "Warning: Immediate deletion does not wait for confirmation",
+    "is missing the kubectl.kubernetes.io/last-applied-configuration annotation which is required by kubectl apply",
 ];
 
 /// Runs kubectl, which must succeed without a server warning; returns stdout.
@@ -26,7 +27,7 @@ fn run(c: &Cluster, args: &[&str], stdin: Option<&str>) -> String {
     );
     for line in stderr.lines().filter(|l| l.starts_with("Warning:")) {
         assert!(
-            CLIENT_SIDE_WARNINGS.iter().any(|w| line.starts_with(w)),
+            CLIENT_SIDE_WARNINGS.iter().any(|w| line.contains(w)),
             "kubectl {} printed a server warning: {line}",
             args.join(" ")
         );
@@ -405,6 +406,46 @@ fn nodes_and_drain(c: &Cluster) {
     assert!(
         timed_out.contains("timed out waiting for the condition on nodes/n1"),
         "{timed_out}"
+    );
+
+    // --for=delete returns once another client deletes the object.
+    run(c, &["create", "configmap", "doomed"], None);
+    let deleter = {
+        let kubeconfig = c.kubeconfig.clone();
+        std::thread::spawn(move || {
+            std::thread::sleep(std::time::Duration::from_millis(500));
+            std::process::Command::new("kubectl")
+                .args(["delete", "configmap", "doomed"])
+                .env("KUBECONFIG", kubeconfig)
+                .output()
+                .expect("kubectl delete")
+        })
+    };
+    let waited = run(
+        c,
+        &["wait", "--for=delete", "configmap/doomed", "--timeout=20s"],
+        None,
+    );
+    assert_eq!(waited.trim(), "configmap/doomed condition met");
+    assert!(deleter.join().unwrap().status.success());
+
+    // diff: exit 1 and a unified diff for a change, exit 0 once applied.
+    let node = "apiVersion: v1\nkind: Node\nmetadata: {name: n1, labels: {zone: a}}\n";
+    let diff = c.kubectl_output(&["diff", "-f", "-"], Some(node));
+    assert_eq!(
+        diff.status.code(),
+        Some(1),
+        "{}",
+        String::from_utf8_lossy(&diff.stderr)
+    );
+    assert!(String::from_utf8_lossy(&diff.stdout).contains("+    zone: a"));
+    run(c, &["apply", "-f", "-"], Some(node));
+    let same = c.kubectl_output(&["diff", "-f", "-"], Some(node));
+    assert_eq!(
+        same.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&same.stdout)
     );
 }
 

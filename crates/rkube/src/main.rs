@@ -2,6 +2,7 @@
 
 mod bench;
 mod serve;
+mod sim;
 
 use clap::{Parser, Subcommand};
 
@@ -23,6 +24,8 @@ enum Command {
     Server(serve::ServeArgs),
     /// The Kubernetes API server.
     Apiserver(serve::ServeArgs),
+    /// Simulated nodes (like kwok): Nodes whose pods run without processes, for scale tests.
+    Sim(sim::SimArgs),
     /// Measure a part of rkube (results go to docs/benchmarks.md).
     Bench(bench::BenchArgs),
 }
@@ -49,6 +52,7 @@ fn main() -> std::process::ExitCode {
     let result = runtime.block_on(async {
         match cli.command {
             Command::Server(args) | Command::Apiserver(args) => serve::run(args).await,
+            Command::Sim(args) => sim::run(args).await,
             Command::Bench(args) => bench::run(args).await,
         }
     });

@@ -45,10 +45,15 @@ pub struct ServeArgs {
     /// How often watches that allow them get a BOOKMARK.
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     bookmark_interval: Duration,
+    /// Simulated nodes to run in this process (see `rkube sim`).
+    #[arg(long, default_value_t = 0)]
+    sim_nodes: usize,
+    #[command(flatten)]
+    sim: crate::sim::SimFlags,
 }
 
 /// "300ms", "5s", "5m", "1h".
-fn parse_duration(s: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
     let (num, unit) = s
         .find(|c: char| !c.is_ascii_digit())
         .map_or((s, "s"), |i| s.split_at(i));
@@ -101,6 +106,15 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
         running.addr,
         args.data_dir.join("admin.kubeconfig").display()
     );
+    let _simulator = if args.sim_nodes > 0 {
+        let kubeconfig = args.data_dir.join("admin.kubeconfig");
+        let client = client::kubeconfig::client_from_file(&kubeconfig).await?;
+        let sim = sim::Simulator::start(client, args.sim.config(args.sim_nodes)).await?;
+        eprintln!("rkube: {} simulated nodes running", args.sim_nodes);
+        Some(sim)
+    } else {
+        None
+    };
     tokio::select! {
         _ = running.wait() => Ok(()),
         _ = tokio::signal::ctrl_c() => Ok(()),

@@ -121,8 +121,9 @@ impl Fleet {
             let ip = node_ips
                 .address(index + 1)
                 .ok_or_else(|| format!("node IP range {node_ips} has no address #{}", index + 1))?;
-            // Spread the heartbeats of the fleet over the interval, as independent kubelets would be.
+            // Spread the heartbeats of the fleet over their intervals, as independent kubelets would be.
             let offset = config.renew_interval * (i as u32 % n) / n;
+            let status_offset = config.status_interval * (i as u32 % n) / n;
             nodes.push(Arc::new(NodeState {
                 name: node_name(config, i),
                 ip,
@@ -132,7 +133,7 @@ impl Fleet {
                 deleted: AtomicBool::new(false),
                 lease: Mutex::new(None),
                 next_renew: Mutex::new(now + offset),
-                next_status: Mutex::new(now + config.status_interval + offset),
+                next_status: Mutex::new(now + status_offset),
                 ready_reported: AtomicBool::new(true),
             }));
         }

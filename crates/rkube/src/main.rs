@@ -24,10 +24,42 @@ enum Command {
     Server(serve::ServeArgs),
     /// The Kubernetes API server.
     Apiserver(serve::ServeArgs),
+    /// The scheduler: binds pending pods to nodes.
+    Scheduler(SchedulerArgs),
     /// Simulated nodes (like kwok): Nodes whose pods run without processes, for scale tests.
     Sim(sim::SimArgs),
     /// Measure a part of rkube (results go to docs/benchmarks.md).
     Bench(bench::BenchArgs),
+}
+
+#[derive(clap::Args)]
+struct SchedulerArgs {
+    /// Kubeconfig of the cluster (default: $KUBECONFIG, then ~/.kube/config).
+    #[arg(long)]
+    kubeconfig: Option<std::path::PathBuf>,
+    /// Schedule the pods whose spec.schedulerName is this.
+    #[arg(long, default_value = "default-scheduler")]
+    scheduler_name: String,
+    /// percentageOfNodesToScore (0: upstream's adaptive default).
+    #[arg(long, default_value_t = 0)]
+    percentage_of_nodes_to_score: usize,
+}
+
+async fn run_scheduler(args: SchedulerArgs) -> Result<(), String> {
+    let client = match &args.kubeconfig {
+        Some(path) => client::kubeconfig::client_from_file(path).await?,
+        None => kube::Client::try_default()
+            .await
+            .map_err(|e| format!("no cluster: {e}"))?,
+    };
+    let config = scheduler::SchedulerConfig {
+        scheduler_name: args.scheduler_name,
+        percentage_of_nodes_to_score: args.percentage_of_nodes_to_score,
+    };
+    tokio::select! {
+        _ = scheduler::run(client, config) => Ok(()),
+        r = tokio::signal::ctrl_c() => r.map_err(|e| e.to_string()),
+    }
 }
 
 fn main() -> std::process::ExitCode {
@@ -53,6 +85,7 @@ fn main() -> std::process::ExitCode {
         match cli.command {
             Command::Server(args) | Command::Apiserver(args) => serve::run(args).await,
             Command::Sim(args) => sim::run(args).await,
+            Command::Scheduler(args) => run_scheduler(args).await,
             Command::Bench(args) => bench::run(args).await,
         }
     });

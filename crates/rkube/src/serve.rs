@@ -45,6 +45,10 @@ pub struct ServeArgs {
     /// How often watches that allow them get a BOOKMARK.
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     bookmark_interval: Duration,
+    /// Run the scheduler in this process. Off by default for now: it lacks topology spreading,
+    /// inter-pod affinity and preemption (see `rkube scheduler`).
+    #[arg(long)]
+    scheduler: bool,
     /// Simulated nodes to run in this process (see `rkube sim`).
     #[arg(long, default_value_t = 0)]
     sim_nodes: usize,
@@ -106,6 +110,16 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
         running.addr,
         args.data_dir.join("admin.kubeconfig").display()
     );
+    let _scheduler = if args.scheduler {
+        let kubeconfig = args.data_dir.join("admin.kubeconfig");
+        let client = client::kubeconfig::client_from_file(&kubeconfig).await?;
+        Some(AbortOnDrop(tokio::spawn(scheduler::run(
+            client,
+            scheduler::SchedulerConfig::default(),
+        ))))
+    } else {
+        None
+    };
     let _simulator = if args.sim_nodes > 0 {
         let kubeconfig = args.data_dir.join("admin.kubeconfig");
         let client = client::kubeconfig::client_from_file(&kubeconfig).await?;
@@ -118,6 +132,15 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
     tokio::select! {
         _ = running.wait() => Ok(()),
         _ = tokio::signal::ctrl_c() => Ok(()),
+    }
+}
+
+/// Stops a component's task when the server returns.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

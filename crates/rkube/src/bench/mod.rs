@@ -1,6 +1,7 @@
 //! `rkube bench <scenario>`: benchmarks whose results are recorded in docs/benchmarks.md.
 
 mod api_bench;
+mod schedule_bench;
 mod storage_bench;
 
 use clap::{Args, Subcommand};
@@ -17,11 +18,14 @@ enum Scenario {
     Storage(storage_bench::StorageBenchArgs),
     /// A running API server over HTTPS: creates, GETs, LISTs and the watch fan-out, like a real client.
     Api(api_bench::ApiBenchArgs),
+    /// Pods from creation to Running on simulated nodes with the scheduler (in-process by default).
+    Schedule(schedule_bench::ScheduleBenchArgs),
 }
 
 pub async fn run(args: BenchArgs) -> Result<(), String> {
     match args.scenario {
         Scenario::Storage(args) => storage_bench::run(args).await,
         Scenario::Api(args) => api_bench::run(args).await,
+        Scenario::Schedule(args) => schedule_bench::run(args).await,
     }
 }

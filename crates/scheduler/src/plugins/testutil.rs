@@ -1,0 +1,67 @@
+//! Builders for plugin tests: pods and nodes from JSON fragments.
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use serde_json::{json, Value};
+
+use crate::framework::NodeInfo;
+
+/// A pod named `name` whose `spec` is `spec` (containers default to one empty container).
+pub fn pod(name: &str, mut spec: Value) -> Pod {
+    if spec.get("containers").is_none() {
+        spec["containers"] = json!([{"name": "c"}]);
+    }
+    serde_json::from_value(
+        json!({"metadata": {"name": name, "namespace": "default"}, "spec": spec}),
+    )
+    .unwrap()
+}
+
+/// A pod with one container per request map.
+pub fn pod_with_requests(name: &str, requests: &[Value]) -> Pod {
+    let containers: Vec<Value> = requests
+        .iter()
+        .enumerate()
+        .map(|(i, r)| json!({"name": format!("c{i}"), "resources": {"requests": r}}))
+        .collect();
+    pod(name, json!({ "containers": containers }))
+}
+
+/// A node named `name` with extra `metadata` fields, `spec` and `status.allocatable`.
+pub fn node(name: &str, metadata: Value, spec: Value, allocatable: Value) -> Node {
+    let mut meta = metadata;
+    if meta.is_null() {
+        meta = json!({});
+    }
+    meta["name"] = json!(name);
+    serde_json::from_value(
+        json!({"metadata": meta, "spec": spec, "status": {"allocatable": allocatable}}),
+    )
+    .unwrap()
+}
+
+/// A NodeInfo of `node` holding `pods`.
+pub fn node_info(node: Node, pods: Vec<Pod>) -> NodeInfo {
+    let mut ni = NodeInfo::new(Arc::new(node));
+    for p in pods {
+        ni.add_pod(Arc::new(p));
+    }
+    ni
+}
+
+/// A plain node with labels (no taints, no allocatable).
+pub fn labeled_node(name: &str, labels: Value) -> NodeInfo {
+    node_info(
+        node(name, json!({ "labels": labels }), json!({}), json!({})),
+        vec![],
+    )
+}
+
+/// A plain node with taints.
+pub fn tainted_node(name: &str, taints: Value) -> NodeInfo {
+    node_info(
+        node(name, json!({}), json!({ "taints": taints }), json!({})),
+        vec![],
+    )
+}

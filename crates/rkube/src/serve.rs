@@ -45,10 +45,9 @@ pub struct ServeArgs {
     /// How often watches that allow them get a BOOKMARK.
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     bookmark_interval: Duration,
-    /// Run the scheduler in this process. Off by default for now: it lacks topology spreading,
-    /// inter-pod affinity and preemption (see `rkube scheduler`).
+    /// Do not run the scheduler in this process (see `rkube scheduler`).
     #[arg(long)]
-    scheduler: bool,
+    disable_scheduler: bool,
     /// Simulated nodes to run in this process (see `rkube sim`).
     #[arg(long, default_value_t = 0)]
     sim_nodes: usize,
@@ -110,7 +109,7 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
         running.addr,
         args.data_dir.join("admin.kubeconfig").display()
     );
-    let _scheduler = if args.scheduler {
+    let _scheduler = if !args.disable_scheduler {
         let kubeconfig = args.data_dir.join("admin.kubeconfig");
         let client = client::kubeconfig::client_from_file(&kubeconfig).await?;
         Some(AbortOnDrop(tokio::spawn(scheduler::run(

@@ -186,7 +186,8 @@ async fn read_events(body: &mut kube::client::Body, n: usize) -> Vec<(String, St
 }
 
 fn a_resource_lifecycle_in_protobuf(backend: Backend) {
-    let c = Cluster::start(backend);
+    // No scheduler: its status writes to the unbound pod would add watch events.
+    let c = Cluster::start_with(backend, &["--disable-scheduler"]);
     support::runtime().block_on(async {
         let api = Api {
             client: c.client().await,

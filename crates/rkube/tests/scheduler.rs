@@ -1,4 +1,4 @@
-//! The scheduler in `rkube server --scheduler` with simulated nodes: pods spread by free capacity, a pod
+//! The scheduler of `rkube server` with simulated nodes: pods spread by free capacity, a pod
 //! too big for any node reported as upstream does, node selectors, a pod pending until a node changes,
 //! and taints with tolerations.
 
@@ -64,10 +64,7 @@ async fn unschedulable_message(pods: &Api<Pod>, name: &str) -> Result<String, St
 
 #[test]
 fn the_scheduler_places_pods_on_simulated_nodes() {
-    let c = Cluster::start_with(
-        Backend::Sqlite,
-        &["--scheduler", "--sim-nodes", "10", "--sim-cpu", "4"],
-    );
+    let c = Cluster::start_with(Backend::Sqlite, &["--sim-nodes", "10", "--sim-cpu", "4"]);
     let limit = Duration::from_secs(60);
     support::runtime().block_on(async {
         let client = c.client().await;

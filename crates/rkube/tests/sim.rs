@@ -1,5 +1,5 @@
-//! Simulated nodes in `rkube server --sim-nodes 100`: 300 pods bound by the test (acting as the
-//! scheduler) all run and become Ready with distinct IPs from their nodes' pod CIDRs; graceful deletion
+//! Simulated nodes in `rkube server --sim-nodes 100`: 300 pods placed by the scheduler all run and
+//! become Ready with distinct IPs from their nodes' pod CIDRs; graceful deletion
 //! is confirmed after the grace period; a pod that runs for 1 s succeeds; a node whose heartbeats are
 //! stopped lets its Lease go stale, and renews it again once resumed.
 
@@ -108,26 +108,19 @@ fn simulated_nodes_run_pods() {
         }
         assert_eq!(zones.len(), 3);
 
-        // The test schedules: create unbound pods, then bind each to a node through pods/binding.
+        // The scheduler of `rkube server` places them.
         futures::stream::iter(0..PODS)
             .for_each_concurrent(16, |i| {
-                let (pods, client) = (pods.clone(), client.clone());
+                let pods = pods.clone();
                 async move {
                     let pod: Pod = serde_json::from_value(json!({
                         "metadata": {"name": format!("web-{i}"), "labels": {"app": "web"}},
                         "spec": {"terminationGracePeriodSeconds": 2,
-                                 "containers": [{"name": "nginx", "image": "nginx"}]}
+                                 "containers": [{"name": "nginx", "image": "nginx",
+                                                 "resources": {"requests": {"cpu": "100m"}}}]}
                     }))
                     .unwrap();
                     pods.create(&PostParams::default(), &pod).await.unwrap();
-                    let binding = json!({"apiVersion": "v1", "kind": "Binding",
-                        "metadata": {"name": format!("web-{i}")},
-                        "target": {"apiVersion": "v1", "kind": "Node", "name": format!("sim-{}", i % NODES)}});
-                    let req = http::Request::post(format!("/api/v1/namespaces/default/pods/web-{i}/binding"))
-                        .header("content-type", "application/json")
-                        .body(serde_json::to_vec(&binding).unwrap())
-                        .unwrap();
-                    client.request_text(req).await.unwrap();
                 }
             })
             .await;

@@ -24,12 +24,32 @@ enum Command {
     Server(serve::ServeArgs),
     /// The Kubernetes API server.
     Apiserver(serve::ServeArgs),
+    /// The controller manager: the controllers that make objects so (for now: ReplicaSet).
+    ControllerManager(ClusterArgs),
     /// The scheduler: binds pending pods to nodes.
     Scheduler(SchedulerArgs),
     /// Simulated nodes (like kwok): Nodes whose pods run without processes, for scale tests.
     Sim(sim::SimArgs),
     /// Measure a part of rkube (results go to docs/benchmarks.md).
     Bench(bench::BenchArgs),
+}
+
+#[derive(clap::Args)]
+struct ClusterArgs {
+    /// Kubeconfig of the cluster (default: $KUBECONFIG, then ~/.kube/config).
+    #[arg(long)]
+    kubeconfig: Option<std::path::PathBuf>,
+}
+
+impl ClusterArgs {
+    async fn client(&self) -> Result<kube::Client, String> {
+        match &self.kubeconfig {
+            Some(path) => client::kubeconfig::client_from_file(path).await,
+            None => kube::Client::try_default()
+                .await
+                .map_err(|e| format!("no cluster: {e}")),
+        }
+    }
 }
 
 #[derive(clap::Args)]
@@ -86,6 +106,13 @@ fn main() -> std::process::ExitCode {
             Command::Server(args) | Command::Apiserver(args) => serve::run(args).await,
             Command::Sim(args) => sim::run(args).await,
             Command::Scheduler(args) => run_scheduler(args).await,
+            Command::ControllerManager(args) => {
+                let client = args.client().await?;
+                tokio::select! {
+                    _ = controllers::run(client) => Ok(()),
+                    r = tokio::signal::ctrl_c() => r.map_err(|e| e.to_string()),
+                }
+            }
             Command::Bench(args) => bench::run(args).await,
         }
     });

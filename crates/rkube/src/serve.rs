@@ -48,6 +48,9 @@ pub struct ServeArgs {
     /// Do not run the scheduler in this process (see `rkube scheduler`).
     #[arg(long)]
     disable_scheduler: bool,
+    /// Do not run the controllers in this process (see `rkube controller-manager`).
+    #[arg(long)]
+    disable_controllers: bool,
     /// Simulated nodes to run in this process (see `rkube sim`).
     #[arg(long, default_value_t = 0)]
     sim_nodes: usize,
@@ -116,6 +119,13 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
             client,
             scheduler::SchedulerConfig::default(),
         ))))
+    } else {
+        None
+    };
+    let _controllers = if !args.disable_controllers {
+        let kubeconfig = args.data_dir.join("admin.kubeconfig");
+        let client = client::kubeconfig::client_from_file(&kubeconfig).await?;
+        Some(AbortOnDrop(tokio::spawn(controllers::run(client))))
     } else {
         None
     };

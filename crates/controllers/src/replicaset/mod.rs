@@ -1,0 +1,310 @@
+//! The ReplicaSet controller (upstream `pkg/controller/replicaset`): keeps `spec.replicas` pods of a
+//! ReplicaSet's template alive. Pods are created in slow-start batches (1, 2, 4, ...) and deleted in
+//! upstream's order; orphans matching the selector are adopted, owned pods that stop matching are
+//! released; expectations keep a stale cache from causing duplicate creates or deletes.
+
+pub mod sync;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use client::controller::{Controller, EnqueueHandler};
+use client::informer::{split_key, EventHandlerFuncs, SharedInformerFactory};
+use client::workqueue::{default_controller_rate_limiter, QueueConfig, RateLimitingQueue};
+use k8s_openapi::api::apps::v1::ReplicaSet;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use kube::Api;
+use serde_json::json;
+
+/// Expectations older than this are dropped (upstream `ExpectationsTimeout`).
+const EXPECTATIONS_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// Creates and deletes a ReplicaSet is still waiting to see (upstream `ControllerExpectations`).
+#[derive(Default)]
+pub struct Expectations {
+    pending: Mutex<HashMap<String, (i64, i64, Instant)>>,
+}
+
+impl Expectations {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (i64, i64, Instant)>> {
+        self.pending.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn expect(&self, key: &str, adds: i64, dels: i64) {
+        self.lock()
+            .insert(key.to_string(), (adds, dels, Instant::now()));
+    }
+
+    pub fn satisfied(&self, key: &str) -> bool {
+        match self.lock().get(key) {
+            None => true,
+            Some((adds, dels, at)) => {
+                (*adds <= 0 && *dels <= 0) || at.elapsed() > EXPECTATIONS_TIMEOUT
+            }
+        }
+    }
+
+    pub fn observed(&self, key: &str, adds: i64, dels: i64) {
+        if let Some(e) = self.lock().get_mut(key) {
+            e.0 -= adds;
+            e.1 -= dels;
+        }
+    }
+
+    pub fn forget(&self, key: &str) {
+        self.lock().remove(key);
+    }
+}
+
+/// The key of the ReplicaSet controlling a pod, if any.
+fn owner_key(pod: &Pod) -> Option<String> {
+    let owner = pod
+        .metadata
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|r| r.controller == Some(true) && r.kind == "ReplicaSet")?;
+    Some(format!(
+        "{}/{}",
+        pod.metadata.namespace.as_deref().unwrap_or(""),
+        owner.name
+    ))
+}
+
+struct Ctx {
+    client: kube::Client,
+    replicasets: Arc<client::informer::Store<ReplicaSet>>,
+    pods: Arc<client::informer::Store<Pod>>,
+    expectations: Expectations,
+    queue: RateLimitingQueue<String>,
+}
+
+pub async fn run(client: kube::Client, factory: &SharedInformerFactory, workers: usize) {
+    let rs_informer = factory.informer::<ReplicaSet>();
+    let pod_informer = factory.informer::<Pod>();
+    let queue = RateLimitingQueue::with_config(
+        default_controller_rate_limiter::<String>(),
+        QueueConfig::named("replicaset"),
+    );
+    rs_informer.add_event_handler(EnqueueHandler::new(queue.clone()));
+    let ctx = Arc::new(Ctx {
+        client,
+        replicasets: rs_informer.store(),
+        pods: pod_informer.store(),
+        expectations: Expectations::default(),
+        queue: queue.clone(),
+    });
+    let (c_add, c_update, c_delete) = (ctx.clone(), ctx.clone(), ctx.clone());
+    pod_informer.add_event_handler(
+        EventHandlerFuncs::new()
+            .on_add(move |p: &Arc<Pod>, _| {
+                if let Some(key) = owner_key(p) {
+                    c_add.expectations.observed(&key, 1, 0);
+                    c_add.queue.add(key);
+                } else {
+                    enqueue_matching(&c_add, p);
+                }
+            })
+            .on_update(move |old: &Arc<Pod>, new: &Arc<Pod>| {
+                if new.metadata.deletion_timestamp.is_some()
+                    && old.metadata.deletion_timestamp.is_none()
+                {
+                    if let Some(key) = owner_key(new) {
+                        c_update.expectations.observed(&key, 0, 1);
+                    }
+                }
+                for key in [owner_key(old), owner_key(new)].into_iter().flatten() {
+                    c_update.queue.add(key);
+                }
+                if owner_key(new).is_none() {
+                    enqueue_matching(&c_update, new);
+                }
+            })
+            .on_delete(move |d| {
+                if let Some(key) = owner_key(d.object()) {
+                    if d.object().metadata.deletion_timestamp.is_none() {
+                        c_delete.expectations.observed(&key, 0, 1);
+                    }
+                    c_delete.queue.add(key);
+                }
+            }),
+    );
+    factory.start();
+    factory.wait_for_cache_sync().await;
+    let controller = Controller::new("replicaset", queue).with_max_retries(15);
+    controller
+        .run(workers, move |key: String| {
+            let ctx = ctx.clone();
+            async move { sync_replicaset(&ctx, &key).await }
+        })
+        .await;
+}
+
+/// An orphan pod may be adopted by a ReplicaSet whose selector matches it.
+fn enqueue_matching(ctx: &Ctx, pod: &Pod) {
+    let ns = pod.metadata.namespace.as_deref().unwrap_or("");
+    let labels: serde_json::Map<String, serde_json::Value> = pod
+        .metadata
+        .labels
+        .iter()
+        .flatten()
+        .map(|(k, v)| (k.clone(), json!(v)))
+        .collect();
+    for rs in ctx.replicasets.list_namespace(ns) {
+        let selector = rs
+            .spec
+            .as_ref()
+            .map(|s| serde_json::to_value(&s.selector).unwrap_or_default());
+        let matches = selector
+            .and_then(|s| apimachinery::labels::selector_from_label_selector(&s).ok())
+            .is_some_and(|s| !s.is_empty() && s.matches(&labels));
+        if matches {
+            ctx.queue.add(format!(
+                "{ns}/{}",
+                rs.metadata.name.as_deref().unwrap_or("")
+            ));
+        }
+    }
+}
+
+async fn sync_replicaset(ctx: &Ctx, key: &str) -> Result<(), String> {
+    let Some(rs) = ctx.replicasets.get(key) else {
+        ctx.expectations.forget(key);
+        return Ok(());
+    };
+    let (ns, name) = split_key(key);
+    let ns = ns.unwrap_or_default();
+    let selector_value =
+        serde_json::to_value(rs.spec.as_ref().map(|s| &s.selector)).unwrap_or_default();
+    let selector = apimachinery::labels::selector_from_label_selector(&selector_value)
+        .map_err(|e| format!("{key}: invalid selector: {e}"))?;
+    let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+    let claim = sync::claim(&rs, &selector, &ctx.pods.list_namespace(ns));
+    for pod in &claim.adopt {
+        let patch = json!({"metadata": {"ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+            "name": name, "uid": rs.metadata.uid, "controller": true, "blockOwnerDeletion": true}],
+            "uid": pod.metadata.uid}});
+        pods_api
+            .patch(
+                pod.metadata.name.as_deref().unwrap_or(""),
+                &PatchParams::default(),
+                &Patch::Strategic(&patch),
+            )
+            .await
+            .map_err(|e| format!("adopt: {e}"))?;
+    }
+    for pod in &claim.release {
+        let patch = json!({"metadata": {"ownerReferences": [{"$patch": "delete", "uid": rs.metadata.uid}], "uid": pod.metadata.uid}});
+        pods_api
+            .patch(
+                pod.metadata.name.as_deref().unwrap_or(""),
+                &PatchParams::default(),
+                &Patch::Strategic(&patch),
+            )
+            .await
+            .map_err(|e| format!("release: {e}"))?;
+    }
+    let mut active: Vec<Arc<Pod>> = claim
+        .owned
+        .iter()
+        .filter(|p| sync::is_active(p))
+        .cloned()
+        .collect();
+    let wanted = rs
+        .spec
+        .as_ref()
+        .and_then(|s| s.replicas)
+        .unwrap_or(1)
+        .max(0) as usize;
+    if ctx.expectations.satisfied(key) && rs.metadata.deletion_timestamp.is_none() {
+        if active.len() < wanted {
+            let diff = (wanted - active.len()).min(sync::BURST_REPLICAS);
+            create_pods(ctx, key, &rs, &pods_api, diff).await?;
+        } else if active.len() > wanted {
+            let diff = (active.len() - wanted).min(sync::BURST_REPLICAS);
+            active.sort_by(|a, b| sync::deletion_order(a, b));
+            ctx.expectations.expect(key, 0, diff as i64);
+            for pod in active.iter().take(diff) {
+                match pods_api
+                    .delete(
+                        pod.metadata.name.as_deref().unwrap_or(""),
+                        &DeleteParams::default(),
+                    )
+                    .await
+                {
+                    Ok(_) => {}
+                    Err(kube::Error::Api(e)) if e.code == 404 => {
+                        ctx.expectations.observed(key, 0, 1)
+                    }
+                    Err(e) => {
+                        ctx.expectations.observed(key, 0, 1);
+                        return Err(format!("delete: {e}"));
+                    }
+                }
+            }
+        }
+    }
+    let (status, recheck) = sync::status(&rs, &claim.owned, jiff::Timestamp::now());
+    let current = serde_json::to_value(&rs.status).unwrap_or_default();
+    let changed = [
+        "replicas",
+        "fullyLabeledReplicas",
+        "readyReplicas",
+        "availableReplicas",
+        "observedGeneration",
+    ]
+    .iter()
+    .any(|f| current.get(f).unwrap_or(&json!(0)) != &status[f]);
+    if changed {
+        let rs_api: Api<ReplicaSet> = Api::namespaced(ctx.client.clone(), ns);
+        rs_api
+            .patch_status(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(&json!({"status": status})),
+            )
+            .await
+            .map_err(|e| format!("status: {e}"))?;
+    }
+    if let Some(after) = recheck {
+        ctx.queue.add_after(key.to_string(), after);
+    }
+    Ok(())
+}
+
+/// Creates `count` pods in batches of 1, 2, 4, ... stopping at the first failure (upstream
+/// `slowStartBatch`), so a broken template does not flood the API with failing creates.
+async fn create_pods(
+    ctx: &Ctx,
+    key: &str,
+    rs: &ReplicaSet,
+    api: &Api<Pod>,
+    count: usize,
+) -> Result<(), String> {
+    ctx.expectations.expect(key, count as i64, 0);
+    let pod: Pod =
+        serde_json::from_value(sync::pod_from_template(rs)).map_err(|e| e.to_string())?;
+    let params = PostParams::default();
+    let (mut done, mut batch) = (0usize, 1usize);
+    while done < count {
+        let n = batch.min(count - done);
+        let results = futures::future::join_all((0..n).map(|_| api.create(&params, &pod))).await;
+        let failed = results.iter().filter(|r| r.is_err()).count();
+        done += n;
+        if failed > 0 {
+            // Creates that did not happen (and the skipped ones) will never be observed.
+            ctx.expectations
+                .observed(key, (failed + count - done) as i64, 0);
+            let err = results
+                .into_iter()
+                .find_map(Result::err)
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            return Err(format!("create: {err}"));
+        }
+        batch *= 2;
+    }
+    Ok(())
+}

@@ -186,8 +186,9 @@ async fn read_events(body: &mut kube::client::Body, n: usize) -> Vec<(String, St
 }
 
 fn a_resource_lifecycle_in_protobuf(backend: Backend) {
-    // No scheduler: its status writes to the unbound pod would add watch events.
-    let c = Cluster::start_with(backend, &["--disable-scheduler"]);
+    // No scheduler or controllers: their writes to the pod and the deployment would add watch events
+    // and conflicts.
+    let c = Cluster::start_with(backend, &["--disable-scheduler", "--disable-controllers"]);
     support::runtime().block_on(async {
         let api = Api {
             client: c.client().await,

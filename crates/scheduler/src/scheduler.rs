@@ -297,7 +297,10 @@ async fn report_unschedulable(shared: &Shared, pod: &Pod, message: &str) {
         let now = jiff::Timestamp::now()
             .strftime("%Y-%m-%dT%H:%M:%SZ")
             .to_string();
-        let patch = json!({"status": {"conditions": [{"type": "PodScheduled", "status": "False",
+        // The resourceVersion makes the patch conditional: a pod bound (or changed) since this cycle
+        // began must not be marked unschedulable by a stale decision.
+        let patch = json!({"metadata": {"resourceVersion": pod.metadata.resource_version},
+            "status": {"conditions": [{"type": "PodScheduled", "status": "False",
             "reason": "Unschedulable", "message": message, "lastProbeTime": null, "lastTransitionTime": now}]}});
         let api: Api<Pod> = Api::namespaced(
             shared.client.clone(),
@@ -311,7 +314,8 @@ async fn report_unschedulable(shared: &Shared, pod: &Pod, message: &str) {
             )
             .await
         {
-            tracing::warn!(error = %e, "cannot report the pod unschedulable");
+            tracing::debug!(error = %e, "cannot report the pod unschedulable");
+            return;
         }
     }
     shared.recorder.event(

@@ -17,7 +17,7 @@ fn rollout(c: &Cluster) {
 
 #[test]
 fn deployments_roll_out_and_back() {
-    let c = Cluster::start_with(Backend::Sqlite, &["--sim-nodes", "3"]);
+    let c = Cluster::start_all(Backend::Sqlite, &["--sim-nodes", "3"]);
     c.kubectl(&[
         "create",
         "deployment",

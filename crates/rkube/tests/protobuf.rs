@@ -186,9 +186,8 @@ async fn read_events(body: &mut kube::client::Body, n: usize) -> Vec<(String, St
 }
 
 fn a_resource_lifecycle_in_protobuf(backend: Backend) {
-    // No scheduler or controllers: their writes to the pod and the deployment would add watch events
-    // and conflicts.
-    let c = Cluster::start_with(backend, &["--disable-scheduler", "--disable-controllers"]);
+    // The API server alone (no scheduler or controllers writing to the objects under test).
+    let c = Cluster::start(backend);
     support::runtime().block_on(async {
         let api = Api {
             client: c.client().await,

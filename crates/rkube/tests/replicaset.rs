@@ -35,7 +35,7 @@ spec:
 
 #[test]
 fn a_replicaset_keeps_its_pods_running() {
-    let c = Cluster::start_with(Backend::Sqlite, &["--sim-nodes", "3"]);
+    let c = Cluster::start_all(Backend::Sqlite, &["--sim-nodes", "3"]);
     let running = |c: &Cluster| -> Vec<String> {
         c.kubectl(&[
             "get",

@@ -64,7 +64,7 @@ async fn unschedulable_message(pods: &Api<Pod>, name: &str) -> Result<String, St
 
 #[test]
 fn the_scheduler_places_pods_on_simulated_nodes() {
-    let c = Cluster::start_with(Backend::Sqlite, &["--sim-nodes", "10", "--sim-cpu", "4"]);
+    let c = Cluster::start_all(Backend::Sqlite, &["--sim-nodes", "10", "--sim-cpu", "4"]);
     let limit = Duration::from_secs(60);
     support::runtime().block_on(async {
         let client = c.client().await;

@@ -69,7 +69,7 @@ async fn renew_time(leases: &Api<Lease>, name: &str) -> jiff::Timestamp {
 
 #[test]
 fn simulated_nodes_run_pods() {
-    let c = Cluster::start_with(
+    let c = Cluster::start_all(
         Backend::Sqlite,
         &[
             "--sim-nodes",

@@ -17,6 +17,9 @@ const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// Bound on any single kubectl invocation.
 const KUBECTL_TIMEOUT: Duration = Duration::from_secs(60);
 
+/// Flags for tests of the API itself: no scheduler or controllers writing to the objects under test.
+pub const API_ONLY: &[&str] = &["--disable-scheduler", "--disable-controllers"];
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Backend {
     Sqlite,
@@ -34,11 +37,24 @@ pub struct Cluster {
 }
 
 impl Cluster {
+    /// The API server alone (see [`API_ONLY`]).
     pub fn start(backend: Backend) -> Cluster {
         Cluster::start_with(backend, &[])
     }
 
+    /// Every component of `rkube server`, scheduler and controllers included, plus `extra_args`.
+    pub fn start_all(backend: Backend, extra_args: &[&str]) -> Cluster {
+        Cluster::start_components(backend, extra_args)
+    }
+
+    /// The API server alone with `extra_args`.
     pub fn start_with(backend: Backend, extra_args: &[&str]) -> Cluster {
+        let mut args = API_ONLY.to_vec();
+        args.extend_from_slice(extra_args);
+        Cluster::start_components(backend, &args)
+    }
+
+    fn start_components(backend: Backend, extra_args: &[&str]) -> Cluster {
         let dir = tempfile::tempdir().expect("tempdir");
         let etcd = match backend {
             Backend::Sqlite => None,

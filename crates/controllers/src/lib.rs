@@ -10,6 +10,22 @@ pub mod deployment;
 pub mod replicaset;
 
 use client::informer::{InformerConfig, SharedInformerFactory};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+/// The `namespace/name` key of the object's controller (the owner reference with `controller: true`)
+/// when that controller is of `kind`.
+pub(crate) fn controller_key(meta: &ObjectMeta, kind: &str) -> Option<String> {
+    let owner = meta
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|r| r.controller == Some(true) && r.kind == kind)?;
+    Some(format!(
+        "{}/{}",
+        meta.namespace.as_deref().unwrap_or(""),
+        owner.name
+    ))
+}
 
 /// Runs the controllers until the task is dropped.
 pub async fn run(client: kube::Client) {

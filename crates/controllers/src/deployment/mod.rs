@@ -26,18 +26,9 @@ struct Ctx {
     replicasets: Arc<Store<ReplicaSet>>,
 }
 
-fn owner_key(rs: &ReplicaSet) -> Option<String> {
-    let owner = rs
-        .metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .find(|r| r.controller == Some(true) && r.kind == "Deployment")?;
-    Some(format!(
-        "{}/{}",
-        rs.metadata.namespace.as_deref().unwrap_or(""),
-        owner.name
-    ))
+/// The key of the Deployment controlling this replicaset, if any.
+fn owner_key(obj: &ReplicaSet) -> Option<String> {
+    crate::controller_key(&obj.metadata, "Deployment")
 }
 
 pub async fn run(client: kube::Client, factory: &SharedInformerFactory, workers: usize) {
@@ -157,9 +148,7 @@ async fn sync_deployment(ctx: &Ctx, key: &str) -> Result<(), String> {
         rs_template["metadata"]["labels"][HASH_LABEL] = json!(hash);
         let mut selector = serde_json::to_value(&spec.selector).map_err(|e| e.to_string())?;
         selector["matchLabels"][HASH_LABEL] = json!(hash);
-        let (_, max_unavailable) = rollout::fenceposts(&d);
         let (surge, _) = rollout::fenceposts(&d);
-        let _ = max_unavailable;
         let rs: ReplicaSet = serde_json::from_value(json!({
             "metadata": {
                 "name": format!("{name}-{hash}"),

@@ -138,7 +138,6 @@ pub fn status(
         json!({"type": type_, "status": status, "reason": reason, "message": message,
                "lastUpdateTime": now, "lastTransitionTime": transition})
     };
-    let name = d.metadata.name.as_deref().unwrap_or("");
     let available_ok = available >= desired - unavailable;
     let complete = new_rs.is_some_and(|rs| {
         updated == desired && rs_status(rs).2 == desired && replicas_now == desired
@@ -176,7 +175,6 @@ pub fn status(
             "Deployment does not have minimum availability.".into(),
         )
     };
-    let _ = name;
     json!({
         "observedGeneration": d.metadata.generation.unwrap_or(0),
         "replicas": replicas_now,

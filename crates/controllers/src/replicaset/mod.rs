@@ -58,19 +58,9 @@ impl Expectations {
     }
 }
 
-/// The key of the ReplicaSet controlling a pod, if any.
-fn owner_key(pod: &Pod) -> Option<String> {
-    let owner = pod
-        .metadata
-        .owner_references
-        .iter()
-        .flatten()
-        .find(|r| r.controller == Some(true) && r.kind == "ReplicaSet")?;
-    Some(format!(
-        "{}/{}",
-        pod.metadata.namespace.as_deref().unwrap_or(""),
-        owner.name
-    ))
+/// The key of the ReplicaSet controlling this pod, if any.
+fn owner_key(obj: &Pod) -> Option<String> {
+    crate::controller_key(&obj.metadata, "ReplicaSet")
 }
 
 struct Ctx {

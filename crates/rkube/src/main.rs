@@ -1,6 +1,8 @@
 //! `rkube`: Kubernetes, rebuilt in Rust. One binary whose subcommands are the Kubernetes components.
 
 mod bench;
+mod controller_manager;
+mod leader;
 mod serve;
 mod sim;
 
@@ -24,8 +26,8 @@ enum Command {
     Server(serve::ServeArgs),
     /// The Kubernetes API server.
     Apiserver(serve::ServeArgs),
-    /// The controller manager: the controllers that make objects so (for now: ReplicaSet).
-    ControllerManager(ClusterArgs),
+    /// The controller manager: the controllers that make objects so.
+    ControllerManager(controller_manager::ControllerManagerArgs),
     /// The scheduler: binds pending pods to nodes.
     Scheduler(SchedulerArgs),
     /// Simulated nodes (like kwok): Nodes whose pods run without processes, for scale tests.
@@ -34,21 +36,15 @@ enum Command {
     Bench(bench::BenchArgs),
 }
 
-#[derive(clap::Args)]
-struct ClusterArgs {
-    /// Kubeconfig of the cluster (default: $KUBECONFIG, then ~/.kube/config).
-    #[arg(long)]
-    kubeconfig: Option<std::path::PathBuf>,
-}
-
-impl ClusterArgs {
-    async fn client(&self) -> Result<kube::Client, String> {
-        match &self.kubeconfig {
-            Some(path) => client::kubeconfig::client_from_file(path).await,
-            None => kube::Client::try_default()
-                .await
-                .map_err(|e| format!("no cluster: {e}")),
-        }
+/// A client for the cluster of `kubeconfig`, else of $KUBECONFIG or ~/.kube/config.
+pub(crate) async fn cluster_client(
+    kubeconfig: Option<&std::path::Path>,
+) -> Result<kube::Client, String> {
+    match kubeconfig {
+        Some(path) => client::kubeconfig::client_from_file(path).await,
+        None => kube::Client::try_default()
+            .await
+            .map_err(|e| format!("no cluster: {e}")),
     }
 }
 
@@ -63,23 +59,24 @@ struct SchedulerArgs {
     /// percentageOfNodesToScore (0: upstream's adaptive default).
     #[arg(long, default_value_t = 0)]
     percentage_of_nodes_to_score: usize,
+    #[command(flatten)]
+    leader_election: leader::LeaderElectionFlags,
 }
 
 async fn run_scheduler(args: SchedulerArgs) -> Result<(), String> {
-    let client = match &args.kubeconfig {
-        Some(path) => client::kubeconfig::client_from_file(path).await?,
-        None => kube::Client::try_default()
-            .await
-            .map_err(|e| format!("no cluster: {e}"))?,
-    };
+    let client = cluster_client(args.kubeconfig.as_deref()).await?;
     let config = scheduler::SchedulerConfig {
         scheduler_name: args.scheduler_name,
         percentage_of_nodes_to_score: args.percentage_of_nodes_to_score,
     };
-    tokio::select! {
-        _ = scheduler::run(client, config) => Ok(()),
-        r = tokio::signal::ctrl_c() => r.map_err(|e| e.to_string()),
-    }
+    let elected = client.clone();
+    leader::run_elected(
+        elected,
+        &args.leader_election,
+        "kube-scheduler",
+        move || scheduler::run(client, config),
+    )
+    .await
 }
 
 fn main() -> std::process::ExitCode {
@@ -106,13 +103,7 @@ fn main() -> std::process::ExitCode {
             Command::Server(args) | Command::Apiserver(args) => serve::run(args).await,
             Command::Sim(args) => sim::run(args).await,
             Command::Scheduler(args) => run_scheduler(args).await,
-            Command::ControllerManager(args) => {
-                let client = args.client().await?;
-                tokio::select! {
-                    _ = controllers::run(client) => Ok(()),
-                    r = tokio::signal::ctrl_c() => r.map_err(|e| e.to_string()),
-                }
-            }
+            Command::ControllerManager(args) => controller_manager::run(args).await,
             Command::Bench(args) => bench::run(args).await,
         }
     });

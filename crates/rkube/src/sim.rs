@@ -75,12 +75,7 @@ pub struct SimArgs {
 }
 
 pub async fn run(args: SimArgs) -> Result<(), String> {
-    let client = match &args.kubeconfig {
-        Some(path) => client::kubeconfig::client_from_file(path).await?,
-        None => kube::Client::try_default()
-            .await
-            .map_err(|e| format!("no cluster: {e}"))?,
-    };
+    let client = crate::cluster_client(args.kubeconfig.as_deref()).await?;
     let started = std::time::Instant::now();
     let _sim = sim::Simulator::start(client, args.flags.config(args.nodes)).await?;
     eprintln!(

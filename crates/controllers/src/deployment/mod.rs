@@ -1,19 +1,23 @@
 //! The Deployment controller (upstream `pkg/controller/deployment`): one ReplicaSet per pod template
 //! (named `<deployment>-<pod-template-hash>`, revision annotations), rolled out by the Recreate or
-//! RollingUpdate strategy (maxSurge/maxUnavailable), status and the Available/Progressing conditions,
-//! and old ReplicaSets beyond `revisionHistoryLimit` removed.
+//! RollingUpdate strategy (maxSurge/maxUnavailable); orphan ReplicaSets matching the selector adopted;
+//! `spec.replicas` changes spread proportionally over a rollout in progress; pause and resume;
+//! status with the Available and Progressing conditions (`progressDeadlineSeconds`); old ReplicaSets
+//! beyond `revisionHistoryLimit` removed.
 //!
-//! Not yet: adoption of orphan ReplicaSets, hash collisions, `progressDeadlineSeconds`, proportional
-//! scaling during a rollout, pause (a paused Deployment only gets its status).
+//! Not yet: pod-template-hash collisions (`collisionCount`): our hash is of our JSON form of the
+//! template, so two templates colliding is as unlikely as an FNV-32 collision but not handled.
 
+pub mod progress;
 pub mod rollout;
+pub mod scale;
 
 use std::sync::Arc;
 
 use client::controller::{Controller, EnqueueHandler};
 use client::informer::{split_key, EventHandlerFuncs, SharedInformerFactory, Store};
 use client::workqueue::{default_controller_rate_limiter, QueueConfig, RateLimitingQueue};
-use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentStatus, ReplicaSet};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::Api;
 use serde_json::{json, Value};
@@ -24,6 +28,7 @@ struct Ctx {
     client: kube::Client,
     deployments: Arc<Store<Deployment>>,
     replicasets: Arc<Store<ReplicaSet>>,
+    queue: RateLimitingQueue<String>,
 }
 
 /// The key of the Deployment controlling this replicaset, if any.
@@ -54,6 +59,7 @@ pub async fn run(client: kube::Client, factory: &SharedInformerFactory, workers:
         client,
         deployments: d_informer.store(),
         replicasets: rs_informer.store(),
+        queue: queue.clone(),
     });
     factory.start();
     factory.wait_for_cache_sync().await;
@@ -75,41 +81,223 @@ fn revision(rs: &ReplicaSet) -> i64 {
         .unwrap_or(0)
 }
 
-async fn scale(api: &Api<ReplicaSet>, rs: &ReplicaSet, replicas: i32) -> Result<(), String> {
+/// Sets a ReplicaSet's replicas and the desired/max-replicas annotations the scaling logic reads back
+/// (upstream `scaleReplicaSet`); writes nothing when both are already so.
+async fn scale(
+    api: &Api<ReplicaSet>,
+    d: &Deployment,
+    rs: &ReplicaSet,
+    replicas: i32,
+) -> Result<(), String> {
+    if rollout::rs_replicas(rs) == replicas && scale::annotations_current(d, rs) {
+        return Ok(());
+    }
     let name = rs.metadata.name.as_deref().unwrap_or("");
-    let patch = json!({"spec": {"replicas": replicas}});
+    let desired = rollout::replicas(d);
+    let patch = json!({
+        "metadata": {"annotations": {
+            scale::DESIRED_REPLICAS: desired.to_string(),
+            scale::MAX_REPLICAS: (desired + rollout::fenceposts(d).0).to_string(),
+        }},
+        "spec": {"replicas": replicas},
+    });
     api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .map(drop)
         .map_err(|e| format!("scale {name}: {e}"))
 }
 
-async fn sync_deployment(ctx: &Ctx, key: &str) -> Result<(), String> {
-    let Some(d) = ctx.deployments.get(key) else {
-        return Ok(());
-    };
-    if d.metadata.deletion_timestamp.is_some() {
+async fn write_status(
+    api: &Api<Deployment>,
+    d: &Deployment,
+    status: &DeploymentStatus,
+) -> Result<(), String> {
+    if d.status.as_ref() == Some(status) {
         return Ok(());
     }
+    let name = d.metadata.name.as_deref().unwrap_or("");
+    api.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(&json!({ "status": status })),
+    )
+    .await
+    .map(drop)
+    .map_err(|e| format!("status: {e}"))
+}
+
+/// Upstream `getReplicaSetsForDeployment`: ReplicaSets it controls and still selects; orphans it
+/// selects are adopted, owned ones it no longer selects are released.
+async fn claim_replicasets(
+    ctx: &Ctx,
+    d: &Deployment,
+    api: &Api<ReplicaSet>,
+) -> Result<Vec<Arc<ReplicaSet>>, String> {
+    let ns = d.metadata.namespace.as_deref().unwrap_or("");
+    let uid = d.metadata.uid.clone().unwrap_or_default();
+    let selector_value =
+        serde_json::to_value(d.spec.as_ref().map(|s| &s.selector)).unwrap_or_default();
+    let selector = apimachinery::labels::selector_from_label_selector(&selector_value)
+        .map_err(|e| format!("invalid selector: {e}"))?;
+    let mut owned = Vec::new();
+    for rs in ctx.replicasets.list_namespace(ns) {
+        let labels: serde_json::Map<String, Value> = rs
+            .metadata
+            .labels
+            .iter()
+            .flatten()
+            .map(|(k, v)| (k.clone(), json!(v)))
+            .collect();
+        let matches = !selector.is_empty() && selector.matches(&labels);
+        let controller = rs
+            .metadata
+            .owner_references
+            .iter()
+            .flatten()
+            .find(|r| r.controller == Some(true));
+        let rs_name = rs.metadata.name.as_deref().unwrap_or("");
+        let patch = match controller {
+            Some(r) if r.uid == uid && matches => {
+                owned.push(rs.clone());
+                continue;
+            }
+            Some(r) if r.uid == uid && rs.metadata.deletion_timestamp.is_none() => {
+                json!({"metadata": {"ownerReferences": [{"$patch": "delete", "uid": uid}], "uid": rs.metadata.uid}})
+            }
+            None if matches
+                && d.metadata.deletion_timestamp.is_none()
+                && rs.metadata.deletion_timestamp.is_none() =>
+            {
+                owned.push(rs.clone());
+                json!({"metadata": {"ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment",
+                    "name": d.metadata.name, "uid": uid, "controller": true, "blockOwnerDeletion": true}],
+                    "uid": rs.metadata.uid}})
+            }
+            _ => continue,
+        };
+        api.patch(rs_name, &PatchParams::default(), &Patch::Strategic(&patch))
+            .await
+            .map_err(|e| format!("adopt or release ReplicaSet {rs_name}: {e}"))?;
+    }
+    owned.sort_by_key(|rs| revision(rs));
+    Ok(owned)
+}
+
+/// Old ReplicaSets beyond the history limit go, oldest first, once they have no pods (upstream
+/// `cleanupDeployment`).
+async fn cleanup(api: &Api<ReplicaSet>, d: &Deployment, old: &[Arc<ReplicaSet>]) {
+    let limit = d
+        .spec
+        .as_ref()
+        .and_then(|s| s.revision_history_limit)
+        .unwrap_or(10)
+        .max(0) as usize;
+    let empty_old: Vec<&Arc<ReplicaSet>> = old
+        .iter()
+        .filter(|rs| {
+            rollout::rs_replicas(rs) == 0
+                && rs.status.as_ref().is_none_or(|s| s.replicas == 0)
+                && rs.metadata.deletion_timestamp.is_none()
+        })
+        .collect();
+    for rs in empty_old.iter().take(empty_old.len().saturating_sub(limit)) {
+        let _ = api
+            .delete(
+                rs.metadata.name.as_deref().unwrap_or(""),
+                &DeleteParams::default(),
+            )
+            .await;
+    }
+}
+
+/// The new ReplicaSet for the Deployment's current template (upstream `getNewReplicaSet` with
+/// `createIfNotExisted`), with the Progressing condition saying so.
+async fn create_new_replicaset(
+    ctx: &Ctx,
+    d: &Deployment,
+    template: &Value,
+    old: &[Arc<ReplicaSet>],
+    now: jiff::Timestamp,
+) -> Result<(), String> {
+    let ns = d.metadata.namespace.as_deref().unwrap_or("");
+    let name = d.metadata.name.as_deref().unwrap_or("");
+    let spec = d.spec.clone().unwrap_or_default();
+    let desired = rollout::replicas(d);
+    let recreate = spec.strategy.as_ref().and_then(|s| s.type_.as_deref()) == Some("Recreate");
+    let hash = rollout::template_hash(template);
+    let next_revision = old.iter().map(|rs| revision(rs)).max().unwrap_or(0) + 1;
+    let all: Vec<&ReplicaSet> = old.iter().map(|rs| rs.as_ref()).collect();
+    let empty: ReplicaSet =
+        serde_json::from_value(json!({"metadata": {}, "spec": {"replicas": 0, "selector": {}}}))
+            .map_err(|e| e.to_string())?;
+    let initial = if recreate {
+        if old.iter().any(|rs| rollout::rs_replicas(rs) > 0) {
+            0
+        } else {
+            desired
+        }
+    } else {
+        rollout::new_rs_target(d, &empty, &all)
+    };
+    let mut rs_template = template.clone();
+    rs_template["metadata"]["labels"][HASH_LABEL] = json!(hash);
+    let mut selector = serde_json::to_value(&spec.selector).map_err(|e| e.to_string())?;
+    selector["matchLabels"][HASH_LABEL] = json!(hash);
+    let (surge, _) = rollout::fenceposts(d);
+    let rs_name = format!("{name}-{hash}");
+    let rs: ReplicaSet = serde_json::from_value(json!({
+        "metadata": {
+            "name": rs_name,
+            "namespace": ns,
+            "labels": rs_template["metadata"]["labels"],
+            "annotations": {REVISION: next_revision.to_string(),
+                            scale::DESIRED_REPLICAS: desired.to_string(),
+                            scale::MAX_REPLICAS: (desired + surge).to_string()},
+            "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": name,
+                                 "uid": d.metadata.uid, "controller": true, "blockOwnerDeletion": true}],
+        },
+        "spec": {"replicas": initial, "minReadySeconds": spec.min_ready_seconds.unwrap_or(0),
+                 "selector": selector, "template": rs_template},
+    }))
+    .map_err(|e| e.to_string())?;
+    let rs_api: Api<ReplicaSet> = Api::namespaced(ctx.client.clone(), ns);
+    match rs_api.create(&PostParams::default(), &rs).await {
+        Ok(_) => {}
+        // Ours from an earlier sync the cache has not shown yet; the informer event requeues us.
+        Err(kube::Error::Api(e)) if e.code == 409 => return Ok(()),
+        Err(e) => return Err(format!("create ReplicaSet: {e}")),
+    }
+    if progress::has_progress_deadline(d) {
+        let mut status = d.status.clone().unwrap_or_default();
+        progress::set(
+            &mut status,
+            progress::condition(
+                "Progressing",
+                "True",
+                progress::NEW_RS_CREATED,
+                format!("Created new replica set \"{rs_name}\""),
+                now,
+            ),
+        );
+        let d_api: Api<Deployment> = Api::namespaced(ctx.client.clone(), ns);
+        write_status(&d_api, d, &status).await?;
+    }
+    Ok(())
+}
+
+async fn sync_deployment(ctx: &Ctx, key: &str) -> Result<(), String> {
+    let Some(cached) = ctx.deployments.get(key) else {
+        return Ok(());
+    };
+    let mut d = (*cached).clone();
     let (ns, name) = split_key(key);
     let ns = ns.unwrap_or_default();
     let rs_api: Api<ReplicaSet> = Api::namespaced(ctx.client.clone(), ns);
-    let uid = d.metadata.uid.clone().unwrap_or_default();
+    let d_api: Api<Deployment> = Api::namespaced(ctx.client.clone(), ns);
+    let now = progress::now();
+    let owned = claim_replicasets(ctx, &d, &rs_api).await?;
     let spec = d.spec.clone().unwrap_or_default();
     let template = serde_json::to_value(&spec.template).map_err(|e| e.to_string())?;
-    let mut owned: Vec<Arc<ReplicaSet>> = ctx
-        .replicasets
-        .list_namespace(ns)
-        .into_iter()
-        .filter(|rs| {
-            rs.metadata
-                .owner_references
-                .iter()
-                .flatten()
-                .any(|r| r.controller == Some(true) && r.uid == uid)
-        })
-        .collect();
-    owned.sort_by_key(|rs| revision(rs));
     let is_new = |rs: &ReplicaSet| {
         let t = rs
             .spec
@@ -119,56 +307,35 @@ async fn sync_deployment(ctx: &Ctx, key: &str) -> Result<(), String> {
     };
     let new_rs = owned.iter().find(|rs| is_new(rs)).cloned();
     let old: Vec<Arc<ReplicaSet>> = owned.iter().filter(|rs| !is_new(rs)).cloned().collect();
-    let desired = rollout::replicas(&d);
-    let recreate = spec.strategy.as_ref().and_then(|s| s.type_.as_deref()) == Some("Recreate");
+    let all: Vec<&ReplicaSet> = owned.iter().map(|rs| rs.as_ref()).collect();
+    // A Deployment being deleted only gets its status (upstream `syncStatusOnly`).
+    if d.metadata.deletion_timestamp.is_some() {
+        let status = progress::calculate(&d, new_rs.as_deref(), &all, now);
+        return write_status(&d_api, &d, &status).await;
+    }
+    if let Some(status) = progress::paused_condition(&d, now) {
+        write_status(&d_api, &d, &status).await?;
+        d.status = Some(status);
+    }
     let paused = spec.paused == Some(true);
 
-    let Some(new_rs) = new_rs else {
-        if paused {
-            return Ok(());
+    // Paused, or resized mid-rollout: resize in proportion, no rollout step (upstream `dc.sync`).
+    if paused || scale::is_scaling_event(&d, &all) {
+        let new_index = new_rs
+            .as_ref()
+            .and_then(|n| owned.iter().position(|rs| Arc::ptr_eq(rs, n)));
+        for (i, replicas) in scale::proportional(&d, &all, new_index) {
+            scale(&rs_api, &d, all[i], replicas).await?;
         }
-        // The first step of a rollout: the ReplicaSet of the current template.
-        let hash = rollout::template_hash(&template);
-        let next_revision = old.iter().map(|rs| revision(rs)).max().unwrap_or(0) + 1;
-        let all: Vec<&ReplicaSet> = old.iter().map(|rs| rs.as_ref()).collect();
-        let empty: ReplicaSet = serde_json::from_value(
-            json!({"metadata": {}, "spec": {"replicas": 0, "selector": {}}}),
-        )
-        .map_err(|e| e.to_string())?;
-        let initial = if recreate {
-            if old.iter().any(|rs| rollout::rs_replicas(rs) > 0) {
-                0
-            } else {
-                desired
-            }
-        } else {
-            rollout::new_rs_target(&d, &empty, &all)
-        };
-        let mut rs_template = template.clone();
-        rs_template["metadata"]["labels"][HASH_LABEL] = json!(hash);
-        let mut selector = serde_json::to_value(&spec.selector).map_err(|e| e.to_string())?;
-        selector["matchLabels"][HASH_LABEL] = json!(hash);
-        let (surge, _) = rollout::fenceposts(&d);
-        let rs: ReplicaSet = serde_json::from_value(json!({
-            "metadata": {
-                "name": format!("{name}-{hash}"),
-                "namespace": ns,
-                "labels": rs_template["metadata"]["labels"],
-                "annotations": {REVISION: next_revision.to_string(),
-                                "deployment.kubernetes.io/desired-replicas": desired.to_string(),
-                                "deployment.kubernetes.io/max-replicas": (desired + surge).to_string()},
-                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "Deployment", "name": name, "uid": uid,
-                                     "controller": true, "blockOwnerDeletion": true}],
-            },
-            "spec": {"replicas": initial, "minReadySeconds": spec.min_ready_seconds.unwrap_or(0),
-                     "selector": selector, "template": rs_template},
-        }))
-        .map_err(|e| e.to_string())?;
-        return match rs_api.create(&PostParams::default(), &rs).await {
-            Ok(_) => Ok(()),
-            Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
-            Err(e) => Err(format!("create ReplicaSet: {e}")),
-        };
+        if paused {
+            cleanup(&rs_api, &d, &old).await;
+        }
+        let status = progress::calculate(&d, new_rs.as_deref(), &all, now);
+        return write_status(&d_api, &d, &status).await;
+    }
+
+    let Some(new_rs) = new_rs else {
+        return create_new_replicaset(ctx, &d, &template, &old, now).await;
     };
 
     // A template seen before (a rollback) makes its ReplicaSet the newest revision again.
@@ -188,7 +355,6 @@ async fn sync_deployment(ctx: &Ctx, key: &str) -> Result<(), String> {
     }
     // The Deployment carries its current revision (kubectl rollout undo and history rely on it).
     let new_revision = new_revision.to_string();
-    let d_api: Api<Deployment> = Api::namespaced(ctx.client.clone(), ns);
     if d.metadata
         .annotations
         .as_ref()
@@ -201,99 +367,37 @@ async fn sync_deployment(ctx: &Ctx, key: &str) -> Result<(), String> {
             .await
             .map_err(|e| format!("revision annotation: {e}"))?;
     }
-    let all: Vec<&ReplicaSet> = owned.iter().map(|rs| rs.as_ref()).collect();
-    if !paused {
-        if recreate {
-            let old_running = old.iter().any(|rs| {
-                rollout::rs_replicas(rs) > 0 || rs.status.as_ref().is_some_and(|s| s.replicas > 0)
-            });
-            for rs in old.iter().filter(|rs| rollout::rs_replicas(rs) > 0) {
-                scale(&rs_api, rs, 0).await?;
+    let desired = rollout::replicas(&d);
+    if spec.strategy.as_ref().and_then(|s| s.type_.as_deref()) == Some("Recreate") {
+        let old_running = old.iter().any(|rs| {
+            rollout::rs_replicas(rs) > 0 || rs.status.as_ref().is_some_and(|s| s.replicas > 0)
+        });
+        for rs in old.iter().filter(|rs| rollout::rs_replicas(rs) > 0) {
+            scale(&rs_api, &d, rs, 0).await?;
+        }
+        if !old_running {
+            scale(&rs_api, &d, &new_rs, desired).await?;
+        }
+    } else {
+        let target = rollout::new_rs_target(&d, &new_rs, &all);
+        scale(&rs_api, &d, &new_rs, target).await?;
+        let mut budget = rollout::old_scale_down_budget(&d, &new_rs, &all);
+        for rs in old.iter().filter(|rs| rollout::rs_replicas(rs) > 0) {
+            if budget <= 0 {
+                break;
             }
-            if !old_running && rollout::rs_replicas(&new_rs) != desired {
-                scale(&rs_api, &new_rs, desired).await?;
-            }
-        } else {
-            let target = rollout::new_rs_target(&d, &new_rs, &all);
-            if target != rollout::rs_replicas(&new_rs) {
-                scale(&rs_api, &new_rs, target).await?;
-            }
-            let mut budget = rollout::old_scale_down_budget(&d, &new_rs, &all);
-            for rs in old.iter().filter(|rs| rollout::rs_replicas(rs) > 0) {
-                if budget <= 0 {
-                    break;
-                }
-                let down = budget.min(rollout::rs_replicas(rs));
-                scale(&rs_api, rs, rollout::rs_replicas(rs) - down).await?;
-                budget -= down;
-            }
+            let down = budget.min(rollout::rs_replicas(rs));
+            scale(&rs_api, &d, rs, rollout::rs_replicas(rs) - down).await?;
+            budget -= down;
         }
     }
-
-    // Old ReplicaSets beyond the history limit go, oldest first, once they have no pods.
-    let limit = spec.revision_history_limit.unwrap_or(10).max(0) as usize;
-    let empty_old: Vec<&Arc<ReplicaSet>> = old
-        .iter()
-        .filter(|rs| {
-            rollout::rs_replicas(rs) == 0 && rs.status.as_ref().is_none_or(|s| s.replicas == 0)
-        })
-        .collect();
-    for rs in empty_old.iter().take(empty_old.len().saturating_sub(limit)) {
-        let _ = rs_api
-            .delete(
-                rs.metadata.name.as_deref().unwrap_or(""),
-                &DeleteParams::default(),
-            )
-            .await;
+    let status = progress::rollout(&d, Some(&new_rs), &all, now);
+    if progress::complete(&d, &status) {
+        cleanup(&rs_api, &d, &old).await;
     }
-
-    let now = jiff::Timestamp::now()
-        .strftime("%Y-%m-%dT%H:%M:%SZ")
-        .to_string();
-    let status = rollout::status(&d, Some(&new_rs), &all, &now);
-    let current = serde_json::to_value(&d.status).unwrap_or_default();
-    let summary = |s: &Value| -> Value {
-        let conditions: Vec<Value> = s["conditions"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .map(|c| json!([c["type"], c["status"], c["reason"]]))
-            .collect();
-        json!([
-            s["observedGeneration"],
-            s["replicas"],
-            s["updatedReplicas"],
-            s["readyReplicas"],
-            s["availableReplicas"],
-            s["unavailableReplicas"],
-            conditions
-        ])
-    };
-    let norm = |s: &Value| -> Value {
-        let mut s = s.clone();
-        for f in [
-            "replicas",
-            "updatedReplicas",
-            "readyReplicas",
-            "availableReplicas",
-            "unavailableReplicas",
-            "observedGeneration",
-        ] {
-            if s.get(f).is_none_or(Value::is_null) {
-                s[f] = json!(0);
-            }
-        }
-        summary(&s)
-    };
-    if norm(&current) != norm(&status) {
-        d_api
-            .patch_status(
-                name,
-                &PatchParams::default(),
-                &Patch::Merge(&json!({"status": status})),
-            )
-            .await
-            .map_err(|e| format!("status: {e}"))?;
+    write_status(&d_api, &d, &status).await?;
+    if let Some(after) = progress::recheck_after(&d, &status, now) {
+        ctx.queue.add_after(key.to_string(), after);
     }
     Ok(())
 }

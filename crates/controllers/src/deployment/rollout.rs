@@ -1,6 +1,6 @@
 //! The pure part of the Deployment controller (upstream `pkg/controller/deployment` and
 //! `deployment/util`): the pod-template-hash, max surge / max unavailable, how far the new and old
-//! ReplicaSets may be scaled in one step of a rolling update, and the Deployment's status.
+//! ReplicaSets may be scaled in one step of a rolling update.
 
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use serde_json::{json, Value};
@@ -77,13 +77,11 @@ pub fn rs_replicas(rs: &ReplicaSet) -> i32 {
     rs.spec.as_ref().and_then(|s| s.replicas).unwrap_or(0)
 }
 
-fn rs_status(rs: &ReplicaSet) -> (i32, i32, i32) {
-    let s = rs.status.as_ref();
-    (
-        s.map_or(0, |s| s.replicas),
-        s.and_then(|s| s.ready_replicas).unwrap_or(0),
-        s.and_then(|s| s.available_replicas).unwrap_or(0),
-    )
+fn available(rs: &ReplicaSet) -> i32 {
+    rs.status
+        .as_ref()
+        .and_then(|s| s.available_replicas)
+        .unwrap_or(0)
 }
 
 /// The new ReplicaSet's replicas after one rolling step (upstream `NewRSNewReplicas`).
@@ -104,86 +102,8 @@ pub fn old_scale_down_budget(d: &Deployment, new_rs: &ReplicaSet, all: &[&Replic
     let (_, unavailable) = fenceposts(d);
     let min_available = replicas(d) - unavailable;
     let total: i32 = all.iter().map(|rs| rs_replicas(rs)).sum();
-    let new_unavailable = rs_replicas(new_rs) - rs_status(new_rs).2;
+    let new_unavailable = rs_replicas(new_rs) - available(new_rs);
     (total - min_available - new_unavailable).max(0)
-}
-
-/// The Deployment's status from its ReplicaSets (upstream `calculateStatus`), conditions included.
-pub fn status(
-    d: &Deployment,
-    new_rs: Option<&ReplicaSet>,
-    all: &[&ReplicaSet],
-    now: &str,
-) -> Value {
-    let desired = replicas(d);
-    let (_, unavailable) = fenceposts(d);
-    let sum = |f: fn(&ReplicaSet) -> i32| all.iter().map(|rs| f(rs)).sum::<i32>();
-    let replicas_now = sum(|rs| rs_status(rs).0);
-    let ready = sum(|rs| rs_status(rs).1);
-    let available = sum(|rs| rs_status(rs).2);
-    let updated = new_rs.map_or(0, |rs| rs_status(rs).0);
-    let old = d
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.clone())
-        .unwrap_or_default();
-    let condition = |type_: &str, ok: bool, reason: &str, message: String| {
-        let status = if ok { "True" } else { "False" };
-        let same = old.iter().find(|c| c.type_ == type_ && c.status == status);
-        let transition = same
-            .and_then(|c| c.last_transition_time.as_ref())
-            .map_or(now.to_string(), |t| {
-                t.0.strftime("%Y-%m-%dT%H:%M:%SZ").to_string()
-            });
-        json!({"type": type_, "status": status, "reason": reason, "message": message,
-               "lastUpdateTime": now, "lastTransitionTime": transition})
-    };
-    let available_ok = available >= desired - unavailable;
-    let complete = new_rs.is_some_and(|rs| {
-        updated == desired && rs_status(rs).2 == desired && replicas_now == desired
-    });
-    let rs_name = new_rs
-        .and_then(|rs| rs.metadata.name.clone())
-        .unwrap_or_default();
-    let progressing = if complete {
-        condition(
-            "Progressing",
-            true,
-            "NewReplicaSetAvailable",
-            format!("ReplicaSet \"{rs_name}\" has successfully progressed."),
-        )
-    } else {
-        condition(
-            "Progressing",
-            true,
-            "ReplicaSetUpdated",
-            format!("ReplicaSet \"{rs_name}\" is progressing."),
-        )
-    };
-    let available_condition = if available_ok {
-        condition(
-            "Available",
-            true,
-            "MinimumReplicasAvailable",
-            "Deployment has minimum availability.".into(),
-        )
-    } else {
-        condition(
-            "Available",
-            false,
-            "MinimumReplicasUnavailable",
-            "Deployment does not have minimum availability.".into(),
-        )
-    };
-    json!({
-        "observedGeneration": d.metadata.generation.unwrap_or(0),
-        "replicas": replicas_now,
-        "updatedReplicas": updated,
-        "readyReplicas": ready,
-        "availableReplicas": available,
-        "unavailableReplicas": (desired - available).max(0),
-        "conditions": [available_condition, progressing],
-    })
 }
 
 #[cfg(test)]
@@ -231,20 +151,6 @@ mod tests {
         assert_eq!(old_scale_down_budget(&d, &new, &[&old, &new]), 1);
         let (old, new) = (rs(3, 3), rs(1, 1));
         assert_eq!(new_rs_target(&d, &new, &[&old, &new]), 2);
-        let s = status(&d, Some(&new), &[&old, &new], "2026-01-01T00:00:00Z");
-        assert_eq!(
-            (
-                s["replicas"].as_i64(),
-                s["updatedReplicas"].as_i64(),
-                s["availableReplicas"].as_i64()
-            ),
-            (Some(4), Some(1), Some(4))
-        );
-        assert_eq!(s["conditions"][0]["reason"], "MinimumReplicasAvailable");
-        assert_eq!(s["conditions"][1]["reason"], "ReplicaSetUpdated");
-        let done = rs(4, 4);
-        let s = status(&d, Some(&done), &[&done], "2026-01-01T00:00:00Z");
-        assert_eq!(s["conditions"][1]["reason"], "NewReplicaSetAvailable");
     }
 
     #[test]

@@ -1,6 +1,6 @@
-//! Simulated nodes in `rkube server --sim-nodes 100`: 300 pods placed by the scheduler all run and
-//! become Ready with distinct IPs from their nodes' pod CIDRs; graceful deletion
-//! is confirmed after the grace period; a pod that runs for 1 s succeeds; a node whose heartbeats are
+//! Simulated nodes in `rkube server --sim-nodes 100`: a Deployment's 300 pods, placed by the
+//! scheduler, all run and become Ready with distinct IPs from their nodes' pod CIDRs; deleting some is
+//! confirmed after the grace period (and the ReplicaSet replaces them); a pod that runs for 1 s succeeds; a node whose heartbeats are
 //! stopped lets its Lease go stale, and renews it again once resumed.
 
 mod support;
@@ -10,6 +10,7 @@ use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -108,22 +109,18 @@ fn simulated_nodes_run_pods() {
         }
         assert_eq!(zones.len(), 3);
 
-        // The scheduler of `rkube server` places them.
-        futures::stream::iter(0..PODS)
-            .for_each_concurrent(16, |i| {
-                let pods = pods.clone();
-                async move {
-                    let pod: Pod = serde_json::from_value(json!({
-                        "metadata": {"name": format!("web-{i}"), "labels": {"app": "web"}},
-                        "spec": {"terminationGracePeriodSeconds": 2,
-                                 "containers": [{"name": "nginx", "image": "nginx",
-                                                 "resources": {"requests": {"cpu": "100m"}}}]}
-                    }))
-                    .unwrap();
-                    pods.create(&PostParams::default(), &pod).await.unwrap();
-                }
-            })
-            .await;
+        // The Deployment and ReplicaSet controllers create the pods, the scheduler places them.
+        let deployment: Deployment = serde_json::from_value(json!({
+            "metadata": {"name": "web"},
+            "spec": {"replicas": PODS, "selector": {"matchLabels": {"app": "web"}},
+                     "template": {"metadata": {"labels": {"app": "web"}},
+                                  "spec": {"terminationGracePeriodSeconds": 2,
+                                           "containers": [{"name": "nginx", "image": "nginx",
+                                                           "resources": {"requests": {"cpu": "100m"}}}]}}}
+        }))
+        .unwrap();
+        let deployments: Api<Deployment> = Api::namespaced(client.clone(), "default");
+        deployments.create(&PostParams::default(), &deployment).await.unwrap();
 
         eventually("300 pods Running and Ready", Duration::from_secs(90), || {
             let pods = pods.clone();
@@ -153,18 +150,22 @@ fn simulated_nodes_run_pods() {
             }
         }
 
-        // Graceful deletion: the pods linger with a deletionTimestamp, then go after their 2 s (deletionTimestamp has whole seconds: at least 1 s).
+        // Graceful deletion: the pods linger with a deletionTimestamp, then go after their 2 s
+        // (deletionTimestamp has whole seconds: at least 1 s); the ReplicaSet replaces them.
         let started = Instant::now();
-        for i in 0..20 {
-            pods.delete(&format!("web-{i}"), &DeleteParams::default()).await.unwrap();
+        let doomed: Vec<String> = list.iter().take(20).map(|p| p.metadata.name.clone().unwrap()).collect();
+        for name in &doomed {
+            pods.delete(name, &DeleteParams::default()).await.unwrap();
         }
-        let lingering = pods.get("web-0").await.unwrap();
+        let lingering = pods.get(&doomed[0]).await.unwrap();
         assert!(lingering.metadata.deletion_timestamp.is_some());
-        eventually("deleted pods gone", Duration::from_secs(30), || {
-            let pods = pods.clone();
+        eventually("deleted pods gone and replaced", Duration::from_secs(30), || {
+            let (pods, doomed) = (pods.clone(), doomed.clone());
             async move {
-                let left = pods.list(&ListParams::default().labels("app=web")).await.map_err(|e| e.to_string())?.items.len();
-                (left == PODS - 20).then_some(()).ok_or(format!("{left} left"))
+                let list = pods.list(&ListParams::default().labels("app=web")).await.map_err(|e| e.to_string())?.items;
+                let left = list.iter().filter(|p| doomed.contains(p.metadata.name.as_ref().unwrap())).count();
+                let ready = list.iter().filter(|p| ready(p)).count();
+                (left == 0 && ready == PODS).then_some(()).ok_or(format!("{left} deleted ones left, {ready} ready"))
             }
         })
         .await;

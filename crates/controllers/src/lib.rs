@@ -4,7 +4,7 @@
 //! `--controllers` reads as upstream's.
 //!
 //! - [`deployment`]: rolls Deployments out through ReplicaSets.
-//! - [`replicaset`]: keeps a ReplicaSet's pods.
+//! - [`replicaset`]: keeps a ReplicaSet's (or ReplicationController's) pods.
 
 pub mod deployment;
 pub mod replicaset;
@@ -56,6 +56,18 @@ pub const CONTROLLERS: &[ControllerDescriptor] = &[
         alias: "replicaset",
         enabled_by_default: true,
         run: |c| Box::pin(replicaset::run(c.client.clone(), &c.factory, c.workers)),
+    },
+    ControllerDescriptor {
+        name: "replicationcontroller-controller",
+        alias: "replicationcontroller",
+        enabled_by_default: true,
+        run: |c| {
+            Box::pin(replicaset::run_replication_controllers(
+                c.client.clone(),
+                &c.factory,
+                c.workers,
+            ))
+        },
     },
     ControllerDescriptor {
         name: "deployment-controller",

@@ -1,6 +1,7 @@
 //! The ReplicaSet controller of `rkube server` with the scheduler and simulated nodes: a ReplicaSet's
 //! pods are created, scheduled and Running, replaced when deleted, scaled down in upstream's order, an
-//! orphan matching the selector is adopted, and the status counts ready and available replicas.
+//! orphan matching the selector is adopted, and the status counts ready and available replicas; a
+//! ReplicationController is kept the same way.
 
 mod support;
 
@@ -119,5 +120,62 @@ fn a_replicaset_keeps_its_pods_running() {
             "jsonpath={.status.replicas}/{.status.readyReplicas}/{.status.observedGeneration}",
         ]);
         (s == "4/4/3").then_some(()).ok_or(s)
+    });
+}
+
+#[test]
+fn a_replication_controller_keeps_its_pods_running() {
+    let c = Cluster::start_all(Backend::Sqlite, &["--sim-nodes", "2"]);
+    c.kubectl_in(
+        &["apply", "-f", "-"],
+        Some(
+            r#"
+apiVersion: v1
+kind: ReplicationController
+metadata: {name: legacy}
+spec:
+  replicas: 3
+  template:
+    metadata: {labels: {app: legacy}}
+    spec:
+      terminationGracePeriodSeconds: 0
+      containers: [{name: c, image: legacy:1}]
+"#,
+        ),
+    );
+    let status = |c: &Cluster| {
+        c.kubectl(&[
+            "get",
+            "rc",
+            "legacy",
+            "-o",
+            "jsonpath={.status.replicas}/{.status.readyReplicas}/{.status.availableReplicas}",
+        ])
+    };
+    eventually("3 ready replicas", || {
+        let s = status(&c);
+        (s == "3/3/3").then_some(()).ok_or(s)
+    });
+    let owners = c.kubectl(&[
+        "get",
+        "pods",
+        "-l",
+        "app=legacy",
+        "-o",
+        "jsonpath={range .items[*]}{.metadata.ownerReferences[0].kind}/{.metadata.ownerReferences[0].name} {end}",
+    ]);
+    assert_eq!(
+        owners.split_whitespace().collect::<Vec<_>>(),
+        ["ReplicationController/legacy"; 3]
+    );
+    c.kubectl(&["scale", "rc", "legacy", "--replicas=1"]);
+    eventually("1 pod left", || {
+        let n = c
+            .kubectl(&["get", "pods", "-l", "app=legacy", "-o", "name"])
+            .lines()
+            .count();
+        (n == 1 && status(&c) == "1/1/1")
+            .then_some(())
+            .ok_or(format!("{n} pods, status {}", status(&c)))
     });
 }

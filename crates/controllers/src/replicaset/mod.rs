@@ -1,5 +1,6 @@
 //! The ReplicaSet controller (upstream `pkg/controller/replicaset`): keeps `spec.replicas` pods of a
-//! ReplicaSet's template alive. Pods are created in slow-start batches (1, 2, 4, ...) and deleted in
+//! ReplicaSet's template alive. The ReplicationController controller is the same controller over
+//! ReplicationControllers seen as ReplicaSets (as upstream's `pkg/controller/replication` does). Pods are created in slow-start batches (1, 2, 4, ...) and deleted in
 //! upstream's order; orphans matching the selector are adopted, owned pods that stop matching are
 //! released; expectations keep a stale cache from causing duplicate creates or deletes.
 
@@ -13,8 +14,8 @@ use client::controller::{Controller, EnqueueHandler};
 use client::informer::{split_key, EventHandlerFuncs, SharedInformerFactory};
 use client::workqueue::{default_controller_rate_limiter, QueueConfig, RateLimitingQueue};
 use k8s_openapi::api::apps::v1::ReplicaSet;
-use k8s_openapi::api::core::v1::Pod;
-use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::{Pod, ReplicationController};
+use kube::api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::Api;
 use serde_json::json;
 
@@ -58,30 +59,137 @@ impl Expectations {
     }
 }
 
-/// The key of the ReplicaSet controlling this pod, if any.
-fn owner_key(obj: &Pod) -> Option<String> {
-    crate::controller_key(&obj.metadata, "ReplicaSet")
+/// The owner kind the controller runs for.
+#[derive(Clone, Copy, Debug)]
+pub struct OwnerKind {
+    pub group: &'static str,
+    pub version: &'static str,
+    pub kind: &'static str,
+    pub plural: &'static str,
+}
+
+impl OwnerKind {
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.to_string()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+}
+
+pub const REPLICA_SET: OwnerKind = OwnerKind {
+    group: "apps",
+    version: "v1",
+    kind: "ReplicaSet",
+    plural: "replicasets",
+};
+
+pub const REPLICATION_CONTROLLER: OwnerKind = OwnerKind {
+    group: "",
+    version: "v1",
+    kind: "ReplicationController",
+    plural: "replicationcontrollers",
+};
+
+/// The controlled objects, as ReplicaSets.
+trait Source: Send + Sync {
+    fn get(&self, key: &str) -> Option<Arc<ReplicaSet>>;
+    fn list_namespace(&self, ns: &str) -> Vec<Arc<ReplicaSet>>;
+}
+
+impl Source for client::informer::Store<ReplicaSet> {
+    fn get(&self, key: &str) -> Option<Arc<ReplicaSet>> {
+        client::informer::Store::get(self, key)
+    }
+    fn list_namespace(&self, ns: &str) -> Vec<Arc<ReplicaSet>> {
+        client::informer::Store::list_namespace(self, ns)
+    }
+}
+
+impl Source for client::informer::Store<ReplicationController> {
+    fn get(&self, key: &str) -> Option<Arc<ReplicaSet>> {
+        client::informer::Store::get(self, key).map(|rc| Arc::new(sync::as_replicaset(&rc)))
+    }
+    fn list_namespace(&self, ns: &str) -> Vec<Arc<ReplicaSet>> {
+        client::informer::Store::list_namespace(self, ns)
+            .iter()
+            .map(|rc| Arc::new(sync::as_replicaset(rc)))
+            .collect()
+    }
 }
 
 struct Ctx {
     client: kube::Client,
-    replicasets: Arc<client::informer::Store<ReplicaSet>>,
+    kind: OwnerKind,
+    replicasets: Arc<dyn Source>,
     pods: Arc<client::informer::Store<Pod>>,
     expectations: Expectations,
     queue: RateLimitingQueue<String>,
 }
 
+impl Ctx {
+    /// The key of the object of our kind controlling this pod, if any.
+    fn owner_key(&self, pod: &Pod) -> Option<String> {
+        crate::controller_key(&pod.metadata, self.kind.kind)
+    }
+}
+
+/// The ReplicaSet controller.
 pub async fn run(client: kube::Client, factory: &SharedInformerFactory, workers: usize) {
-    let rs_informer = factory.informer::<ReplicaSet>();
-    let pod_informer = factory.informer::<Pod>();
+    let informer = factory.informer::<ReplicaSet>();
     let queue = RateLimitingQueue::with_config(
         default_controller_rate_limiter::<String>(),
         QueueConfig::named("replicaset"),
     );
-    rs_informer.add_event_handler(EnqueueHandler::new(queue.clone()));
+    informer.add_event_handler(EnqueueHandler::new(queue.clone()));
+    run_for(
+        REPLICA_SET,
+        informer.store(),
+        queue,
+        client,
+        factory,
+        workers,
+    )
+    .await;
+}
+
+/// The ReplicationController controller (upstream `replicationcontroller-controller`).
+pub async fn run_replication_controllers(
+    client: kube::Client,
+    factory: &SharedInformerFactory,
+    workers: usize,
+) {
+    let informer = factory.informer::<ReplicationController>();
+    let queue = RateLimitingQueue::with_config(
+        default_controller_rate_limiter::<String>(),
+        QueueConfig::named("replicationmanager"),
+    );
+    informer.add_event_handler(EnqueueHandler::new(queue.clone()));
+    run_for(
+        REPLICATION_CONTROLLER,
+        informer.store(),
+        queue,
+        client,
+        factory,
+        workers,
+    )
+    .await;
+}
+
+async fn run_for(
+    kind: OwnerKind,
+    source: Arc<dyn Source>,
+    queue: RateLimitingQueue<String>,
+    client: kube::Client,
+    factory: &SharedInformerFactory,
+    workers: usize,
+) {
+    let pod_informer = factory.informer::<Pod>();
     let ctx = Arc::new(Ctx {
         client,
-        replicasets: rs_informer.store(),
+        kind,
+        replicasets: source,
         pods: pod_informer.store(),
         expectations: Expectations::default(),
         queue: queue.clone(),
@@ -90,7 +198,7 @@ pub async fn run(client: kube::Client, factory: &SharedInformerFactory, workers:
     pod_informer.add_event_handler(
         EventHandlerFuncs::new()
             .on_add(move |p: &Arc<Pod>, _| {
-                if let Some(key) = owner_key(p) {
+                if let Some(key) = c_add.owner_key(p) {
                     c_add.expectations.observed(&key, 1, 0);
                     c_add.queue.add(key);
                 } else {
@@ -101,19 +209,22 @@ pub async fn run(client: kube::Client, factory: &SharedInformerFactory, workers:
                 if new.metadata.deletion_timestamp.is_some()
                     && old.metadata.deletion_timestamp.is_none()
                 {
-                    if let Some(key) = owner_key(new) {
+                    if let Some(key) = c_update.owner_key(new) {
                         c_update.expectations.observed(&key, 0, 1);
                     }
                 }
-                for key in [owner_key(old), owner_key(new)].into_iter().flatten() {
+                for key in [c_update.owner_key(old), c_update.owner_key(new)]
+                    .into_iter()
+                    .flatten()
+                {
                     c_update.queue.add(key);
                 }
-                if owner_key(new).is_none() {
+                if c_update.owner_key(new).is_none() {
                     enqueue_matching(&c_update, new);
                 }
             })
             .on_delete(move |d| {
-                if let Some(key) = owner_key(d.object()) {
+                if let Some(key) = c_delete.owner_key(d.object()) {
                     if d.object().metadata.deletion_timestamp.is_none() {
                         c_delete.expectations.observed(&key, 0, 1);
                     }
@@ -123,7 +234,7 @@ pub async fn run(client: kube::Client, factory: &SharedInformerFactory, workers:
     );
     factory.start();
     factory.wait_for_cache_sync().await;
-    let controller = Controller::new("replicaset", queue).with_max_retries(15);
+    let controller = Controller::new(kind.plural, queue).with_max_retries(15);
     controller
         .run(workers, move |key: String| {
             let ctx = ctx.clone();
@@ -173,7 +284,7 @@ async fn sync_replicaset(ctx: &Ctx, key: &str) -> Result<(), String> {
     let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
     let claim = sync::claim(&rs, &selector, &ctx.pods.list_namespace(ns));
     for pod in &claim.adopt {
-        let patch = json!({"metadata": {"ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+        let patch = json!({"metadata": {"ownerReferences": [{"apiVersion": ctx.kind.api_version(), "kind": ctx.kind.kind,
             "name": name, "uid": rs.metadata.uid, "controller": true, "blockOwnerDeletion": true}],
             "uid": pod.metadata.uid}});
         pods_api
@@ -248,15 +359,21 @@ async fn sync_replicaset(ctx: &Ctx, key: &str) -> Result<(), String> {
     .iter()
     .any(|f| current.get(f).unwrap_or(&json!(0)) != &status[f]);
     if changed {
-        let rs_api: Api<ReplicaSet> = Api::namespaced(ctx.client.clone(), ns);
-        rs_api
-            .patch_status(
-                name,
-                &PatchParams::default(),
-                &Patch::Merge(&json!({"status": status})),
-            )
-            .await
-            .map_err(|e| format!("status: {e}"))?;
+        let resource = ApiResource {
+            group: ctx.kind.group.into(),
+            version: ctx.kind.version.into(),
+            api_version: ctx.kind.api_version(),
+            kind: ctx.kind.kind.into(),
+            plural: ctx.kind.plural.into(),
+        };
+        let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), ns, &resource);
+        api.patch_status(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"status": status})),
+        )
+        .await
+        .map_err(|e| format!("status: {e}"))?;
     }
     if let Some(after) = recheck {
         ctx.queue.add_after(key.to_string(), after);
@@ -275,7 +392,7 @@ async fn create_pods(
 ) -> Result<(), String> {
     ctx.expectations.expect(key, count as i64, 0);
     let pod: Pod =
-        serde_json::from_value(sync::pod_from_template(rs)).map_err(|e| e.to_string())?;
+        serde_json::from_value(sync::pod_from_template(rs, ctx.kind)).map_err(|e| e.to_string())?;
     let params = PostParams::default();
     let (mut done, mut batch) = (0usize, 1usize);
     while done < count {

@@ -131,7 +131,7 @@ pub fn deletion_order(a: &Pod, b: &Pod) -> Ordering {
 }
 
 /// The pod a ReplicaSet creates from its template (upstream `GetPodFromTemplate`).
-pub fn pod_from_template(rs: &ReplicaSet) -> Value {
+pub fn pod_from_template(rs: &ReplicaSet, kind: super::OwnerKind) -> Value {
     let template = rs.spec.as_ref().and_then(|s| s.template.as_ref());
     let meta = template.and_then(|t| t.metadata.as_ref());
     let name = rs.metadata.name.as_deref().unwrap_or("");
@@ -143,7 +143,7 @@ pub fn pod_from_template(rs: &ReplicaSet) -> Value {
             "annotations": meta.and_then(|m| m.annotations.clone()),
             "finalizers": meta.and_then(|m| m.finalizers.clone()),
             "ownerReferences": [{
-                "apiVersion": "apps/v1", "kind": "ReplicaSet", "name": name,
+                "apiVersion": kind.api_version(), "kind": kind.kind, "name": name,
                 "uid": rs.metadata.uid, "controller": true, "blockOwnerDeletion": true,
             }],
         },
@@ -153,6 +153,22 @@ pub fn pod_from_template(rs: &ReplicaSet) -> Value {
 
 /// The status a ReplicaSet should report, and how long until a ready pod becomes available (to look
 /// again then).
+/// A ReplicationController as the ReplicaSet it is equivalent to (upstream's `conversion` adapter):
+/// its map selector becomes `matchLabels`; everything else has the same shape.
+pub fn as_replicaset(rc: &k8s_openapi::api::core::v1::ReplicationController) -> ReplicaSet {
+    let mut v = serde_json::to_value(rc).unwrap_or_default();
+    if let Some(o) = v.as_object_mut() {
+        // k8s-openapi checks apiVersion and kind when they are present.
+        o.remove("apiVersion");
+        o.remove("kind");
+    }
+    if let Some(spec) = v.get_mut("spec").and_then(Value::as_object_mut) {
+        let selector = spec.remove("selector").unwrap_or(Value::Null);
+        spec.insert("selector".into(), json!({ "matchLabels": selector }));
+    }
+    serde_json::from_value(v).unwrap_or_default()
+}
+
 pub fn status(
     rs: &ReplicaSet,
     owned: &[Arc<Pod>],
@@ -325,9 +341,34 @@ mod tests {
             json!({"replicas": 3, "fullyLabeledReplicas": 2, "readyReplicas": 2, "availableReplicas": 1, "observedGeneration": 3})
         );
         assert_eq!(next, Some(std::time::Duration::from_secs(5)));
-        let p = pod_from_template(&rs());
+        let p = pod_from_template(&rs(), super::super::REPLICA_SET);
         assert_eq!(p["metadata"]["generateName"], "web-");
         assert_eq!(p["metadata"]["ownerReferences"][0]["controller"], true);
         assert_eq!(p["metadata"]["labels"]["tier"], "fe");
+    }
+
+    #[test]
+    fn a_replication_controller_is_seen_as_a_replicaset() {
+        let rc: k8s_openapi::api::core::v1::ReplicationController = serde_json::from_value(json!({
+            "metadata": {"name": "web", "uid": "rc-1"},
+            "spec": {"replicas": 3, "selector": {"app": "web"},
+                     "template": {"metadata": {"labels": {"app": "web"}}, "spec": {"containers": [{"name": "c"}]}}},
+            "status": {"replicas": 2, "readyReplicas": 1}
+        }))
+        .unwrap();
+        let rs = as_replicaset(&rc);
+        let spec = rs.spec.as_ref().unwrap();
+        assert_eq!(spec.replicas, Some(3));
+        assert_eq!(
+            serde_json::to_value(&spec.selector).unwrap(),
+            json!({"matchLabels": {"app": "web"}})
+        );
+        assert_eq!(rs.status.as_ref().unwrap().ready_replicas, Some(1));
+        let pod = pod_from_template(&rs, super::super::REPLICATION_CONTROLLER);
+        assert_eq!(
+            pod["metadata"]["ownerReferences"][0]["kind"],
+            "ReplicationController"
+        );
+        assert_eq!(pod["metadata"]["ownerReferences"][0]["apiVersion"], "v1");
     }
 }

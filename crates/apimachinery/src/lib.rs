@@ -24,4 +24,5 @@ pub mod printers;
 pub mod resources;
 pub mod serializer;
 pub mod status;
+pub mod taints;
 pub mod validation;

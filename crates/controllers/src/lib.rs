@@ -5,12 +5,19 @@
 //!
 //! - [`deployment`]: rolls Deployments out through ReplicaSets.
 //! - [`replicaset`]: keeps a ReplicaSet's (or ReplicationController's) pods.
+//! - [`nodelifecycle`]: marks silent nodes Unknown and taints them; [`tainteviction`] evicts the pods
+//!   that do not tolerate a node's NoExecute taints.
 
 pub mod deployment;
+pub mod nodelifecycle;
 pub mod replicaset;
+pub mod tainteviction;
 
-use client::informer::{InformerConfig, SharedInformerFactory};
+use std::sync::Arc;
+
+use client::informer::{InformerConfig, SharedInformer, SharedInformerFactory};
 use futures::future::BoxFuture;
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 /// The `namespace/name` key of the object's controller (the owner reference with `controller: true`)
@@ -28,6 +35,30 @@ pub(crate) fn controller_key(meta: &ObjectMeta, kind: &str) -> Option<String> {
     ))
 }
 
+/// The index of pods by `spec.nodeName` several controllers share.
+pub const POD_NODE_INDEX: &str = "nodeName";
+
+/// Adds [`POD_NODE_INDEX`] to the shared pod informer (once, whoever asks first).
+pub fn index_pods_by_node(informer: &Arc<SharedInformer<Pod>>) {
+    let _ = informer.add_indexer(
+        POD_NODE_INDEX,
+        Arc::new(|p: &Pod| {
+            p.spec
+                .as_ref()
+                .and_then(|s| s.node_name.clone())
+                .filter(|n| !n.is_empty())
+                .into_iter()
+                .collect()
+        }),
+    );
+}
+
+/// Settings of individual controllers (upstream's per-controller flags).
+#[derive(Clone, Debug, Default)]
+pub struct ControllerOptions {
+    pub node_lifecycle: nodelifecycle::Options,
+}
+
 /// What every controller is started with: one client and one informer factory, shared so each
 /// resource is listed and watched once however many controllers read it.
 pub struct ControllerContext {
@@ -35,6 +66,7 @@ pub struct ControllerContext {
     pub factory: SharedInformerFactory,
     /// Concurrent syncs per controller (upstream `--concurrent-*-syncs`, 5 by default).
     pub workers: usize,
+    pub options: ControllerOptions,
 }
 
 /// One controller of the manager.
@@ -74,6 +106,24 @@ pub const CONTROLLERS: &[ControllerDescriptor] = &[
         alias: "deployment",
         enabled_by_default: true,
         run: |c| Box::pin(deployment::run(c.client.clone(), &c.factory, c.workers)),
+    },
+    ControllerDescriptor {
+        name: "node-lifecycle-controller",
+        alias: "nodelifecycle",
+        enabled_by_default: true,
+        run: |c| {
+            Box::pin(nodelifecycle::run(
+                c.client.clone(),
+                &c.factory,
+                c.options.node_lifecycle.clone(),
+            ))
+        },
+    },
+    ControllerDescriptor {
+        name: "taint-eviction-controller",
+        alias: "taint-eviction-controller",
+        enabled_by_default: true,
+        run: |c| Box::pin(tainteviction::run(c.client.clone(), &c.factory, c.workers)),
     },
 ];
 
@@ -122,11 +172,16 @@ pub fn select(spec: &[String]) -> Result<Vec<&'static ControllerDescriptor>, Str
 }
 
 /// Runs the chosen controllers until the future is dropped.
-pub async fn run_selected(client: kube::Client, selected: Vec<&'static ControllerDescriptor>) {
+pub async fn run_selected(
+    client: kube::Client,
+    selected: Vec<&'static ControllerDescriptor>,
+    options: ControllerOptions,
+) {
     let ctx = ControllerContext {
         factory: SharedInformerFactory::new(client.clone(), InformerConfig::new()),
         client,
         workers: 5,
+        options,
     };
     for c in &selected {
         tracing::info!(controller = c.name, "starting controller");
@@ -137,7 +192,7 @@ pub async fn run_selected(client: kube::Client, selected: Vec<&'static Controlle
 /// Runs every controller that is on by default until the future is dropped.
 pub async fn run(client: kube::Client) {
     let selected = select(&["*".to_string()]).unwrap_or_default();
-    run_selected(client, selected).await;
+    run_selected(client, selected, ControllerOptions::default()).await;
 }
 
 #[cfg(test)]

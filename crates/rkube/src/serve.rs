@@ -51,9 +51,8 @@ pub struct ServeArgs {
     /// Do not run the controllers in this process (see `rkube controller-manager`).
     #[arg(long)]
     disable_controllers: bool,
-    /// Controllers to run in this process, as `rkube controller-manager --controllers`.
-    #[arg(long, value_delimiter = ',', default_value = "*")]
-    controllers: Vec<String>,
+    #[command(flatten)]
+    controllers: crate::controller_manager::ControllerFlags,
     /// Simulated nodes to run in this process (see `rkube sim`).
     #[arg(long, default_value_t = 0)]
     sim_nodes: usize,
@@ -126,11 +125,13 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
         None
     };
     let _controllers = if !args.disable_controllers {
-        let selected = controllers::select(&args.controllers)?;
+        let selected = args.controllers.selected()?;
         let kubeconfig = args.data_dir.join("admin.kubeconfig");
         let client = client::kubeconfig::client_from_file(&kubeconfig).await?;
         Some(AbortOnDrop(tokio::spawn(controllers::run_selected(
-            client, selected,
+            client,
+            selected,
+            args.controllers.options(),
         ))))
     } else {
         None

@@ -7,8 +7,10 @@
 //! - [`replicaset`]: keeps a ReplicaSet's (or ReplicationController's) pods.
 //! - [`nodelifecycle`]: marks silent nodes Unknown and taints them; [`tainteviction`] evicts the pods
 //!   that do not tolerate a node's NoExecute taints.
+//! - [`nodeipam`]: gives each node a pod CIDR.
 
 pub mod deployment;
+pub mod nodeipam;
 pub mod nodelifecycle;
 pub mod replicaset;
 pub mod tainteviction;
@@ -57,6 +59,7 @@ pub fn index_pods_by_node(informer: &Arc<SharedInformer<Pod>>) {
 #[derive(Clone, Debug, Default)]
 pub struct ControllerOptions {
     pub node_lifecycle: nodelifecycle::Options,
+    pub node_ipam: nodeipam::Options,
 }
 
 /// What every controller is started with: one client and one informer factory, shared so each
@@ -116,6 +119,18 @@ pub const CONTROLLERS: &[ControllerDescriptor] = &[
                 c.client.clone(),
                 &c.factory,
                 c.options.node_lifecycle.clone(),
+            ))
+        },
+    },
+    ControllerDescriptor {
+        name: "node-ipam-controller",
+        alias: "nodeipam",
+        enabled_by_default: true,
+        run: |c| {
+            Box::pin(nodeipam::run(
+                c.client.clone(),
+                &c.factory,
+                c.options.node_ipam.clone(),
             ))
         },
     },

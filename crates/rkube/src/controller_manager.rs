@@ -35,15 +35,37 @@ pub struct ControllerFlags {
     /// Fraction of not-Ready nodes (at least 3) that makes a zone partially disrupted.
     #[arg(long, default_value_t = 0.55)]
     unhealthy_zone_threshold: f64,
+    /// Give each node a pod CIDR from --cluster-cidr (default: on in `rkube server`, off in
+    /// `rkube controller-manager`, as upstream).
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    allocate_node_cidrs: Option<bool>,
+    /// The pods' address range (default in `rkube server`: 10.42.0.0/16).
+    #[arg(long = "cluster-cidr")]
+    pod_cluster_cidr: Option<String>,
+    /// Prefix length of each node's pod CIDR (default 24 for IPv4, 64 for IPv6).
+    #[arg(long)]
+    node_cidr_mask_size: Option<u8>,
 }
+
+/// The pod range of `rkube server` when none is given (k3s's).
+const EMBEDDED_CLUSTER_CIDR: &str = "10.42.0.0/16";
 
 impl ControllerFlags {
     pub fn selected(&self) -> Result<Vec<&'static controllers::ControllerDescriptor>, String> {
         controllers::select(&self.controllers)
     }
 
-    pub fn options(&self) -> controllers::ControllerOptions {
+    /// The controllers' settings; `embedded` (in `rkube server`) allocates node CIDRs by default.
+    pub fn options(&self, embedded: bool) -> controllers::ControllerOptions {
         controllers::ControllerOptions {
+            node_ipam: controllers::nodeipam::Options {
+                allocate_node_cidrs: self.allocate_node_cidrs.unwrap_or(embedded),
+                cluster_cidr: self
+                    .pod_cluster_cidr
+                    .clone()
+                    .or_else(|| embedded.then(|| EMBEDDED_CLUSTER_CIDR.to_string())),
+                node_cidr_mask_size: self.node_cidr_mask_size,
+            },
             node_lifecycle: controllers::nodelifecycle::Options {
                 monitor_period: self.node_monitor_period,
                 grace_period: self.node_monitor_grace_period,
@@ -72,7 +94,7 @@ pub struct ControllerManagerArgs {
 
 pub async fn run(args: ControllerManagerArgs) -> Result<(), String> {
     let selected = args.controllers.selected()?;
-    let options = args.controllers.options();
+    let options = args.controllers.options(false);
     let client = crate::cluster_client(args.kubeconfig.as_deref()).await?;
     let elected = client.clone();
     crate::leader::run_elected(

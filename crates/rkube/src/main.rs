@@ -115,3 +115,15 @@ fn main() -> std::process::ExitCode {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    /// Clap's own consistency checks (duplicate flag names across flattened groups, ...), which it
+    /// otherwise only runs when a subcommand is parsed.
+    #[test]
+    fn command_line_is_consistent() {
+        super::Cli::command().debug_assert();
+    }
+}

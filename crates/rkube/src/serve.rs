@@ -131,7 +131,7 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
         Some(AbortOnDrop(tokio::spawn(controllers::run_selected(
             client,
             selected,
-            args.controllers.options(),
+            args.controllers.options(true),
         ))))
     } else {
         None

@@ -92,7 +92,7 @@ impl CidrSet {
             ));
         }
         let step = 1u128 << (self.width - self.node_mask);
-        if ip < self.base || (ip - self.base) % step != 0 {
+        if ip < self.base || !(ip - self.base).is_multiple_of(step) {
             return Err(format!("{cidr} is outside the cluster CIDR"));
         }
         let index = ((ip - self.base) / step) as usize;

@@ -8,8 +8,10 @@
 //! - [`nodelifecycle`]: marks silent nodes Unknown and taints them; [`tainteviction`] evicts the pods
 //!   that do not tolerate a node's NoExecute taints.
 //! - [`nodeipam`]: gives each node a pod CIDR.
+//! - [`disruption`]: PodDisruptionBudget status, which evictions honour.
 
 pub mod deployment;
+pub mod disruption;
 pub mod nodeipam;
 pub mod nodelifecycle;
 pub mod replicaset;
@@ -109,6 +111,12 @@ pub const CONTROLLERS: &[ControllerDescriptor] = &[
         alias: "deployment",
         enabled_by_default: true,
         run: |c| Box::pin(deployment::run(c.client.clone(), &c.factory, c.workers)),
+    },
+    ControllerDescriptor {
+        name: "disruption-controller",
+        alias: "disruption",
+        enabled_by_default: true,
+        run: |c| Box::pin(disruption::run(c.client.clone(), &c.factory, c.workers)),
     },
     ControllerDescriptor {
         name: "node-lifecycle-controller",

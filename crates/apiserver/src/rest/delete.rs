@@ -2,7 +2,7 @@
 //! graceful deletion of pods (the object stays, with `deletionTimestamp`, until the kubelet confirms
 //! with grace 0), finalizers (the object stays until they are gone), `propagationPolicy` as the garbage
 //! collector's `orphan` / `foregroundDeletion` finalizers, and namespaces waiting for `spec.finalizers`.
-//! Also the pod subresources that end in a write: `binding` and `eviction`.
+//! Also the pod `binding` subresource (eviction is in [`super::eviction`]).
 
 use apimachinery::status::{success_status, ApiError};
 use bytes::Bytes;
@@ -13,14 +13,14 @@ use super::{decode, storage_error, Ctx};
 use crate::objects;
 use crate::response::{self, Body};
 
-const MAX_RETRIES: usize = 20;
+pub(super) const MAX_RETRIES: usize = 20;
 
 /// The parts of `DeleteOptions` that matter here, from the body or the query.
-struct DeleteOptions {
-    grace_period: Option<i64>,
-    propagation: Option<String>,
-    precondition_uid: Option<String>,
-    precondition_rv: Option<String>,
+pub(super) struct DeleteOptions {
+    pub grace_period: Option<i64>,
+    pub propagation: Option<String>,
+    pub precondition_uid: Option<String>,
+    pub precondition_rv: Option<String>,
 }
 
 fn delete_options(ctx: &Ctx<'_>, body: &Bytes) -> Result<DeleteOptions, ApiError> {
@@ -88,7 +88,7 @@ pub async fn delete(ctx: &Ctx<'_>, body: Bytes) -> Result<Response<Body>, ApiErr
 }
 
 /// Deletes one object; returns the object still there (graceful or finalizing) or the deleted one.
-async fn delete_one(
+pub(super) async fn delete_one(
     ctx: &Ctx<'_>,
     namespace: &str,
     name: &str,
@@ -407,7 +407,7 @@ pub async fn bind_pod(ctx: &Ctx<'_>, body: Bytes) -> Result<Response<Body>, ApiE
     ))
 }
 
-fn add_condition(pod: &mut Value, condition: Value) {
+pub(super) fn add_condition(pod: &mut Value, condition: Value) {
     let kind = condition["type"].clone();
     let conditions = pod["status"]["conditions"]
         .as_array()
@@ -419,62 +419,4 @@ fn add_condition(pod: &mut Value, condition: Value) {
         .collect();
     conditions.push(condition);
     pod["status"]["conditions"] = Value::Array(conditions);
-}
-
-/// `POST pods/<name>/eviction`: deletes the pod unless a PodDisruptionBudget selecting it allows no
-/// disruption (429, as upstream's `EvictionREST`).
-pub async fn evict_pod(ctx: &Ctx<'_>, body: Bytes) -> Result<Response<Body>, ApiError> {
-    let eviction = decode::parse_body(ctx.headers, &body)?;
-    let (pod, _) = ctx.current(ctx.namespace(), ctx.name()).await?;
-    let labels = objects::labels(&pod).cloned().unwrap_or_default();
-    if let Some(pdbs) = ctx.api.caches.get("poddisruptionbudgets") {
-        let filter = crate::filter::Filter {
-            namespace: Some(ctx.namespace().to_string()),
-            ..Default::default()
-        };
-        for pdb in pdbs.list(
-            &format!("/poddisruptionbudgets/{}/", ctx.namespace()),
-            &filter,
-        ) {
-            let Ok(pdb) = serde_json::from_slice::<Value>(&pdb.json) else {
-                continue;
-            };
-            let Some(selector) = pdb.pointer("/spec/selector") else {
-                continue;
-            };
-            let Ok(sel) = apimachinery::labels::selector_from_label_selector(selector) else {
-                continue;
-            };
-            if sel.matches(&labels)
-                && pdb
-                    .pointer("/status/disruptionsAllowed")
-                    .and_then(Value::as_i64)
-                    .unwrap_or(0)
-                    < 1
-            {
-                let mut err = ApiError::forbidden(
-                    "Cannot evict pod as it would violate the pod's disruption budget.",
-                );
-                err.code = 429;
-                err.reason = "TooManyRequests";
-                return Err(err);
-            }
-        }
-    }
-    let options = DeleteOptions {
-        grace_period: eviction
-            .pointer("/deleteOptions/gracePeriodSeconds")
-            .and_then(Value::as_i64),
-        propagation: None,
-        precondition_uid: eviction
-            .pointer("/deleteOptions/preconditions/uid")
-            .and_then(Value::as_str)
-            .map(str::to_string),
-        precondition_rv: None,
-    };
-    delete_one(ctx, ctx.namespace(), ctx.name(), &options).await?;
-    Ok(response::json_response(
-        StatusCode::CREATED,
-        &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
-    ))
 }

@@ -4,6 +4,7 @@
 
 mod decode;
 mod delete;
+mod eviction;
 mod list;
 mod read;
 mod reviews;

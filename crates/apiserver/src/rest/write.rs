@@ -219,7 +219,7 @@ pub async fn create_subresource(
 ) -> Result<Response<Body>, ApiError> {
     match (ctx.resource.plural.as_str(), sub) {
         ("pods", "binding") => super::delete::bind_pod(ctx, body).await,
-        ("pods", "eviction") => super::delete::evict_pod(ctx, body).await,
+        ("pods", "eviction") => super::eviction::evict_pod(ctx, body).await,
         _ => Err(ApiError::method_not_supported(
             &ctx.qualified(),
             &format!("create {sub}"),

@@ -4,9 +4,11 @@
 //! `--controllers` reads as upstream's.
 //!
 //! - [`deployment`]: rolls Deployments out through ReplicaSets.
+//! - [`history`]: ControllerRevisions, for the StatefulSet and DaemonSet controllers.
 //! - [`replicaset`]: keeps a ReplicaSet's pods.
 
 pub mod deployment;
+pub mod history;
 pub mod replicaset;
 
 use client::informer::{InformerConfig, SharedInformerFactory};

@@ -153,20 +153,9 @@ pub fn next_revision(sorted: &[Arc<ControllerRevision>]) -> i64 {
     sorted.last().map_or(1, |r| r.revision + 1)
 }
 
-/// Upstream `EqualRevision`: the same data (hash labels are compared first as a shortcut).
+/// Upstream `EqualRevision`: the same data. (Upstream first compares the hash labels parsed as
+/// integers, which safe-encoded hashes never are, so in effect only the data counts.)
 pub fn equal_revision(a: &ControllerRevision, b: &ControllerRevision) -> bool {
-    let hash = |r: &ControllerRevision| {
-        r.metadata
-            .labels
-            .as_ref()
-            .and_then(|l| l.get(HASH_LABEL))
-            .cloned()
-    };
-    if let (Some(x), Some(y)) = (hash(a), hash(b)) {
-        if x != y {
-            return false;
-        }
-    }
     a.data.as_ref().map(|d| &d.0) == b.data.as_ref().map(|d| &d.0)
 }
 
@@ -185,27 +174,16 @@ pub fn to_truncate<'a>(
     history.into_iter().take(excess).collect()
 }
 
-/// Creates the revision (upstream `CreateControllerRevision`): when the name is taken by a revision
-/// with other data, bumps the collision count and retries under the new name; an equal existing one is
-/// returned as is.
+/// Creates the revision `make(collision_count)` builds (upstream `CreateControllerRevision`): when its
+/// name is taken by a revision with other data, bumps the collision count and retries under the new
+/// name; an equal existing one is returned as is.
 pub async fn create_revision(
     api: &Api<ControllerRevision>,
-    owner: &ObjectMeta,
-    kind: &str,
-    template_labels: &Value,
-    data: &Value,
-    revision: i64,
+    make: impl Fn(i32) -> ControllerRevision,
     collision_count: &mut i32,
 ) -> Result<ControllerRevision, String> {
     loop {
-        let rev = new_revision(
-            owner,
-            kind,
-            template_labels,
-            data.clone(),
-            revision,
-            Some(*collision_count),
-        );
+        let rev = make(*collision_count);
         let name = rev.metadata.name.clone().unwrap_or_default();
         match api.create(&PostParams::default(), &rev).await {
             Ok(created) => return Ok(created),

@@ -6,10 +6,12 @@
 //! - [`deployment`]: rolls Deployments out through ReplicaSets.
 //! - [`history`]: ControllerRevisions, for the StatefulSet and DaemonSet controllers.
 //! - [`replicaset`]: keeps a ReplicaSet's pods.
+//! - [`statefulset`]: ordered pods with stable identities and storage.
 
 pub mod deployment;
 pub mod history;
 pub mod replicaset;
+pub mod statefulset;
 
 use client::informer::{InformerConfig, SharedInformerFactory};
 use futures::future::BoxFuture;
@@ -64,6 +66,12 @@ pub const CONTROLLERS: &[ControllerDescriptor] = &[
         alias: "deployment",
         enabled_by_default: true,
         run: |c| Box::pin(deployment::run(c.client.clone(), &c.factory, c.workers)),
+    },
+    ControllerDescriptor {
+        name: "statefulset-controller",
+        alias: "statefulset",
+        enabled_by_default: true,
+        run: |c| Box::pin(statefulset::run(c.client.clone(), &c.factory, c.workers)),
     },
 ];
 

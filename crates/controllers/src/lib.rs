@@ -3,11 +3,13 @@
 //! [`CONTROLLERS`] under upstream's canonical name (and the short alias older releases used), so
 //! `--controllers` reads as upstream's.
 //!
+//! - [`daemonset`]: a pod on every eligible node.
 //! - [`deployment`]: rolls Deployments out through ReplicaSets.
 //! - [`history`]: ControllerRevisions, for the StatefulSet and DaemonSet controllers.
 //! - [`replicaset`]: keeps a ReplicaSet's pods.
 //! - [`statefulset`]: ordered pods with stable identities and storage.
 
+pub mod daemonset;
 pub mod deployment;
 pub mod history;
 pub mod replicaset;
@@ -72,6 +74,12 @@ pub const CONTROLLERS: &[ControllerDescriptor] = &[
         alias: "statefulset",
         enabled_by_default: true,
         run: |c| Box::pin(statefulset::run(c.client.clone(), &c.factory, c.workers)),
+    },
+    ControllerDescriptor {
+        name: "daemonset-controller",
+        alias: "daemonset",
+        enabled_by_default: true,
+        run: |c| Box::pin(daemonset::run(c.client.clone(), &c.factory, c.workers)),
     },
 ];
 

@@ -236,6 +236,29 @@ pub async fn truncate_history(
     Ok(())
 }
 
+/// The status as upstream serializes it: the `omitempty` fields that are zero are left out (set to
+/// null, which a merge patch removes).
+pub fn omit_zero(status: &mut Value, omitempty: &[&str]) {
+    for f in omitempty {
+        if status[*f] == json!(0) || status[*f] == json!("") {
+            status[*f] = Value::Null;
+        }
+    }
+}
+
+/// Whether `status` differs from the object's current one, a missing field counting as zero.
+pub fn status_differs(current: &Value, status: &Value) -> bool {
+    let norm = |v: Option<&Value>| match v {
+        None | Some(Value::Null) => json!(0),
+        Some(v) => v.clone(),
+    };
+    status
+        .as_object()
+        .into_iter()
+        .flatten()
+        .any(|(k, v)| norm(current.get(k)) != norm(Some(v)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -332,5 +355,26 @@ mod tests {
             .collect();
         assert_eq!(gone, [2]);
         assert!(to_truncate(&owned, &live, 10).is_empty());
+    }
+
+    #[test]
+    fn zero_status_fields_are_omitted_and_compare_as_zero() {
+        let mut s = json!({"replicas": 0, "readyReplicas": 0, "currentRevision": "", "updateRevision": "r"});
+        omit_zero(
+            &mut s,
+            &["readyReplicas", "currentRevision", "updateRevision"],
+        );
+        assert_eq!(
+            s,
+            json!({"replicas": 0, "readyReplicas": null, "currentRevision": null, "updateRevision": "r"})
+        );
+        assert!(!status_differs(
+            &json!({"replicas": 0, "updateRevision": "r"}),
+            &s
+        ));
+        assert!(status_differs(
+            &json!({"replicas": 1, "updateRevision": "r"}),
+            &s
+        ));
     }
 }

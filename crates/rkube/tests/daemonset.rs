@@ -194,4 +194,11 @@ fn daemonsets_cover_nodes_and_roll_out() {
         "{.revision}",
     );
     assert_eq!(first, "3");
+    let history = c.kubectl(&["rollout", "history", "daemonset/nginx-ds"]);
+    let numbers: Vec<&str> = history
+        .lines()
+        .skip(2)
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert_eq!(numbers, ["2", "3"], "{history}");
 }

@@ -289,6 +289,14 @@ fn statefulsets_scale_in_order_and_roll_out() {
     want.sort();
     assert_eq!(revisions, want);
 
+    let history = c.kubectl(&["rollout", "history", "statefulset/nginx-sts"]);
+    let numbers: Vec<&str> = history
+        .lines()
+        .skip(2)
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert_eq!(numbers, ["2", "3"], "{history}");
+
     // 2 -> 0: the highest ordinal goes first, the next only once it is gone.
     let before = events.lock().unwrap().len();
     c.kubectl(&["scale", "statefulset", "nginx-sts", "--replicas=0"]);

@@ -300,12 +300,16 @@ async fn sync_daemonset(ctx: &Ctx, key: &str) -> Result<(), String> {
         status["collisionCount"] = json!(collision_count);
     }
     let existing = serde_json::to_value(&ds.status).unwrap_or_default();
-    let changed = status
-        .as_object()
-        .into_iter()
-        .flatten()
-        .any(|(k, v)| existing.get(k).unwrap_or(&json!(0)) != v);
-    if changed {
+    history::omit_zero(
+        &mut status,
+        &[
+            "observedGeneration",
+            "updatedNumberScheduled",
+            "numberAvailable",
+            "numberUnavailable",
+        ],
+    );
+    if history::status_differs(&existing, &status) {
         let api: Api<DaemonSet> = Api::namespaced(ctx.client.clone(), ns);
         api.patch_status(
             name,

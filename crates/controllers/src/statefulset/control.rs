@@ -166,6 +166,8 @@ pub fn new_pod(set: &StatefulSet, template: &Value, revision: &str, ord: i32) ->
     meta["labels"][POD_INDEX_LABEL] = json!(ord.to_string());
     meta["labels"][REVISION_LABEL] = json!(revision);
     meta["name"] = json!(name);
+    // Upstream builds the pod with `GetPodFromTemplate`, which also leaves a generateName.
+    meta["generateName"] = json!(format!("{}-", set_name(set)));
     meta["namespace"] = json!(set.metadata.namespace);
     meta["ownerReferences"] = json!([crate::history::controller_ref(&set.metadata, "StatefulSet")]);
     if let Some(m) = meta.as_object_mut() {
@@ -263,6 +265,11 @@ pub struct Plan {
     pub delete: Vec<String>,
     /// Existing pods whose claims' owner references need a look.
     pub check_claims: Vec<String>,
+    /// Ordinals of pending pods whose missing claims are to be created.
+    pub create_claims: Vec<i32>,
+    /// Pods whose identity labels were changed, with the labels to restore (upstream
+    /// `updateIdentity`; hostname and subdomain are immutable, so only the labels can be fixed).
+    pub relabel: Vec<(String, Value)>,
     /// Look again after this long (a pod becoming available).
     pub requeue: Option<std::time::Duration>,
 }
@@ -372,6 +379,9 @@ pub fn plan(set: &StatefulSet, pods: &[Arc<Pod>], revs: &Revisions, now: Timesta
             }
             continue;
         }
+        if p == "Pending" {
+            plan.create_claims.push(ord);
+        }
         if monotonic && (is_terminating(pod) || !is_running_and_ready(pod)) {
             return plan;
         }
@@ -381,8 +391,18 @@ pub fn plan(set: &StatefulSet, pods: &[Arc<Pod>], revs: &Revisions, now: Timesta
                 return plan;
             }
         }
-        plan.check_claims
-            .push(pod.metadata.name.clone().unwrap_or_default());
+        let name = pod.metadata.name.clone().unwrap_or_default();
+        let label = |k: &str| pod.metadata.labels.as_ref().and_then(|l| l.get(k)).cloned();
+        let index = ord.to_string();
+        if label(POD_NAME_LABEL).as_ref() != Some(&name)
+            || label(POD_INDEX_LABEL) != Some(index.clone())
+        {
+            plan.relabel.push((
+                name.clone(),
+                json!({POD_NAME_LABEL: name, POD_INDEX_LABEL: index}),
+            ));
+        }
+        plan.check_claims.push(name);
     }
 
     // Scale down from the highest ordinal; OrderedReady one at a time and only over healthy pods.

@@ -36,7 +36,8 @@ fn merge(a: &mut Value, b: Value) {
 /// A pod of ordinal `ord` at `rev`, in `state`: "ready", "pending", "terminating", "failed".
 fn pod(ord: i32, rev: &str, state: &str) -> Arc<Pod> {
     let mut v = json!({"metadata": {"name": format!("web-{ord}"), "namespace": "default", "uid": format!("p-{ord}"),
-                                    "labels": {"app": "web", REVISION_LABEL: rev}},
+                                    "labels": {"app": "web", REVISION_LABEL: rev, POD_NAME_LABEL: format!("web-{ord}"),
+                                               POD_INDEX_LABEL: ord.to_string()}},
                        "spec": {"containers": [{"name": "c"}]}, "status": {"phase": "Pending"}});
     let ready = json!({"status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True",
                                   "lastTransitionTime": "2026-01-01T00:00:00Z"}]}});
@@ -102,11 +103,18 @@ fn ordered_ready_creates_one_at_a_time_and_waits() {
         [c("web-0", "r1", "new")]
     );
     let pending = run(&s, &[pod(0, "r1", "pending")], "r1", "r1");
-    assert_eq!(pending, Plan::default());
+    assert_eq!(
+        pending,
+        Plan {
+            create_claims: vec![0],
+            ..Plan::default()
+        }
+    );
     let next = run(&s, &[pod(0, "r1", "ready")], "r1", "r1");
     assert_eq!(created(&next), [c("web-1", "r1", "new")]);
     let p = &next.create[0];
     assert_eq!(p["spec"]["hostname"], "web-1");
+    assert_eq!(p["metadata"]["generateName"], "web-");
     assert_eq!(p["spec"]["subdomain"], "web-svc");
     assert_eq!(p["metadata"]["labels"][POD_NAME_LABEL], "web-1");
     assert_eq!(p["metadata"]["labels"][POD_INDEX_LABEL], "1");
@@ -141,6 +149,26 @@ fn scale_down_highest_first_one_at_a_time() {
     assert!(run(&s, &terminating, "r1", "r1").delete.is_empty());
     let parallel = set(json!({"spec": {"replicas": 1, "podManagementPolicy": "Parallel"}}));
     assert_eq!(run(&parallel, &all, "r1", "r1").delete, ["web-2", "web-1"]);
+}
+
+#[test]
+fn changed_identity_labels_are_restored() {
+    let s = set(json!({"spec": {"replicas": 1}}));
+    let mut v = serde_json::to_value(&*pod(0, "r1", "ready")).unwrap();
+    v["metadata"]["labels"][POD_NAME_LABEL] = json!("someone-else");
+    let p = run(
+        &s,
+        &[Arc::new(serde_json::from_value(v).unwrap())],
+        "r1",
+        "r1",
+    );
+    assert_eq!(
+        p.relabel,
+        [(
+            "web-0".to_string(),
+            json!({POD_NAME_LABEL: "web-0", POD_INDEX_LABEL: "0"})
+        )]
+    );
 }
 
 #[test]

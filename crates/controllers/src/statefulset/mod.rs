@@ -222,6 +222,16 @@ async fn sync_statefulset(ctx: &Ctx, key: &str) -> Result<(), String> {
             Err(e) => return Err(format!("create pod {pod_name}: {e}")),
         }
     }
+    for ord in &plan.create_claims {
+        create_missing_claims(ctx, &set, &claims_api, *ord).await?;
+    }
+    for (pod_name, labels) in &plan.relabel {
+        let patch = json!({"metadata": {"labels": labels}});
+        pods_api
+            .patch(pod_name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(|e| format!("identity of {pod_name}: {e}"))?;
+    }
     for pod_name in &plan.check_claims {
         let Some(pod) = pods
             .iter()
@@ -271,7 +281,7 @@ async fn sync_statefulset(ctx: &Ctx, key: &str) -> Result<(), String> {
     let owned_now = history::owned_revisions(&ctx.revisions.list_namespace(ns), &uid);
     history::truncate_history(&rev_api, &owned_now, &live, limit).await?;
 
-    let status = control::status(
+    let mut status = control::status(
         &set,
         &pods,
         &current_name,
@@ -280,12 +290,18 @@ async fn sync_statefulset(ctx: &Ctx, key: &str) -> Result<(), String> {
         now,
     );
     let existing = serde_json::to_value(&set.status).unwrap_or_default();
-    let changed = status
-        .as_object()
-        .into_iter()
-        .flatten()
-        .any(|(k, v)| existing.get(k).unwrap_or(&json!(0)) != v);
-    if changed {
+    history::omit_zero(
+        &mut status,
+        &[
+            "observedGeneration",
+            "readyReplicas",
+            "currentReplicas",
+            "updatedReplicas",
+            "currentRevision",
+            "updateRevision",
+        ],
+    );
+    if history::status_differs(&existing, &status) {
         let api: Api<StatefulSet> = Api::namespaced(ctx.client.clone(), ns);
         api.patch_status(
             name,

@@ -9,6 +9,7 @@
 //! - [`replicaset`]: keeps a ReplicaSet's pods.
 //! - [`statefulset`]: ordered pods with stable identities and storage.
 
+pub(crate) mod claim;
 pub mod daemonset;
 pub mod deployment;
 pub mod history;

@@ -67,6 +67,7 @@ spec:
       labels:
         app: db
     spec:
+      terminationGracePeriodSeconds: 1
       containers:
       - name: db
         image: postgres
@@ -325,10 +326,32 @@ fn statefulsets_scale_in_order_and_roll_out() {
     }
     assert_eq!(get(&c, &["sts", "nginx-sts"], "{.status.replicas}"), "0");
 
+    // An orphan named like a member and matching the selector is adopted.
+    c.kubectl(&[
+        "run",
+        "db-0",
+        "--image=postgres",
+        "--labels=app=db",
+        r#"--overrides={"spec":{"terminationGracePeriodSeconds":1}}"#,
+    ]);
+    let orphan_uid = get(&c, &["pod", "db-0"], "{.metadata.uid}");
+
     // Claims from volumeClaimTemplates, one per pod, mounted by the pods (Parallel: both at once).
     c.kubectl_in(&["apply", "-f", "-"], Some(DB));
-    wait_for("db pods running", || {
-        get(&c, &["sts", "db"], "{.status.readyReplicas}") == "2"
+    wait_for("db-0 adopted", || {
+        get(
+            &c,
+            &["pod", "db-0"],
+            "{.metadata.uid} {.metadata.ownerReferences[0].kind}/{.metadata.ownerReferences[0].name}",
+        ) == format!("{orphan_uid} StatefulSet/db")
+    });
+    // The adopted pod has no revision: the rolling update replaces it with one of the template.
+    wait_for("db pods updated and ready", || {
+        get(
+            &c,
+            &["sts", "db"],
+            "{.status.readyReplicas} {.status.updatedReplicas}",
+        ) == "2 2"
     });
     let claims = get(&c, &["pvc"], "{range .items[*]}{.metadata.name}:{.metadata.labels.app}:{.spec.resources.requests.storage} {end}");
     assert_eq!(claims.trim(), "data-db-0:db:1Gi data-db-1:db:1Gi");

@@ -5,8 +5,8 @@
 //! and `pod-template-generation` pod labels; RollingUpdate (maxUnavailable, maxSurge) and OnDelete; the
 //! status kubectl reads. Expectations keep a stale cache from creating a second pod for a node.
 //!
-//! Not yet: adoption and release of pods and revisions by selector, de-duplicating equal revisions
-//! (the newest is used), the failed-pod backoff, events.
+//! Pods are adopted and released by selector. Not yet: adoption of orphan ControllerRevisions,
+//! de-duplicating equal revisions (the newest is used), the failed-pod backoff, events.
 
 pub mod sync;
 
@@ -21,10 +21,10 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::Api;
-use serde_json::{json, Value};
+use serde_json::json;
 
-use crate::history;
 use crate::replicaset::Expectations;
+use crate::{claim, history};
 
 const KIND: &str = "DaemonSet";
 
@@ -82,11 +82,20 @@ pub async fn run(client: kube::Client, factory: &SharedInformerFactory, workers:
         queue: queue.clone(),
     });
     let (c_add, c_update, c_delete) = (ctx.clone(), ctx.clone(), ctx.clone());
+    let orphan_owners = |ctx: &Ctx, p: &Pod| {
+        let ns = p.metadata.namespace.as_deref().unwrap_or("");
+        claim::orphan_owners(&ctx.sets.list_namespace(ns), p, |d: &DaemonSet| {
+            serde_json::to_value(d.spec.as_ref().map(|s| &s.selector)).unwrap_or_default()
+        })
+    };
     pod_informer.add_event_handler(
         EventHandlerFuncs::new()
             .on_add(move |p: &Arc<Pod>, _| {
                 if let Some(key) = owner_key(&p.metadata) {
                     c_add.expectations.observed(&key, 1, 0);
+                    c_add.queue.add(key);
+                }
+                for key in orphan_owners(&c_add, p) {
                     c_add.queue.add(key);
                 }
             })
@@ -102,6 +111,9 @@ pub async fn run(client: kube::Client, factory: &SharedInformerFactory, workers:
                     .into_iter()
                     .flatten()
                 {
+                    c_update.queue.add(key);
+                }
+                for key in orphan_owners(&c_update, new) {
                     c_update.queue.add(key);
                 }
             })
@@ -154,13 +166,6 @@ pub async fn run(client: kube::Client, factory: &SharedInformerFactory, workers:
             async move { sync_daemonset(&ctx, &key).await }
         })
         .await;
-}
-
-fn controlled_by(meta: &ObjectMeta, uid: &str) -> bool {
-    meta.owner_references
-        .iter()
-        .flatten()
-        .any(|r| r.controller == Some(true) && r.uid == uid)
 }
 
 /// Upstream `constructHistory`: the revision of the current template (created when missing, an older
@@ -233,22 +238,12 @@ async fn sync_daemonset(ctx: &Ctx, key: &str) -> Result<(), String> {
         serde_json::to_value(ds.spec.as_ref().map(|s| &s.selector)).unwrap_or_default();
     let selector = apimachinery::labels::selector_from_label_selector(&selector_value)
         .map_err(|e| format!("{key}: invalid selector: {e}"))?;
-    let pods: Vec<Arc<Pod>> = ctx
-        .pods
-        .list_namespace(ns)
-        .into_iter()
-        .filter(|p| controlled_by(&p.metadata, &uid))
-        .filter(|p| {
-            let labels: serde_json::Map<String, Value> = p
-                .metadata
-                .labels
-                .iter()
-                .flatten()
-                .map(|(k, v)| (k.clone(), json!(v)))
-                .collect();
-            selector.matches(&labels)
-        })
-        .collect();
+    let claim = claim::claim_pods(&ds.metadata, &ctx.pods.list_namespace(ns), |p| {
+        selector.matches(&claim::pod_labels(p))
+    });
+    let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+    claim::apply(&pods_api, &ds.metadata, KIND, &claim).await?;
+    let pods = claim.owned;
     let mut nodes = ctx.nodes.list();
     nodes.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
     let owned = history::owned_revisions(&ctx.revisions.list_namespace(ns), &uid);

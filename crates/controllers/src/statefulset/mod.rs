@@ -6,9 +6,10 @@
 //!
 //! Pod names are fixed, so a stale cache only makes a create fail with AlreadyExists or repeat a
 //! delete: unlike the ReplicaSet controller no expectations are needed (upstream has none either).
-//! Not yet: adoption and release of pods and revisions by selector, restoring a pod's identity or
-//! storage when someone edits it, the `StatefulSetStartOrdinal`/`MaxUnavailableStatefulSet` feature
-//! gates (both always on here), events.
+//! Pods are adopted and released by selector (members only: named `<set>-<ordinal>`); a member's
+//! identity labels are restored if edited. Not yet: adoption of orphan ControllerRevisions, fixing a
+//! pod's volumes (immutable anyway), events. `spec.ordinals` and `maxUnavailable` are always honoured
+//! (upstream gates the latter behind `MaxUnavailableStatefulSet`, off by default in 1.33).
 
 pub mod control;
 
@@ -22,9 +23,9 @@ use k8s_openapi::api::apps::v1::{ControllerRevision, StatefulSet};
 use k8s_openapi::api::core::v1::{PersistentVolumeClaim, Pod};
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use kube::Api;
-use serde_json::{json, Value};
+use serde_json::json;
 
-use crate::history;
+use crate::{claim, history};
 
 const KIND: &str = "StatefulSet";
 
@@ -51,13 +52,26 @@ pub async fn run(client: kube::Client, factory: &SharedInformerFactory, workers:
         crate::controller_key(meta, KIND)
     };
     let (q1, q2, q3) = (queue.clone(), queue.clone(), queue.clone());
+    let sets = set_informer.store();
+    let orphan_owners = move |p: &Pod| {
+        let ns = p.metadata.namespace.as_deref().unwrap_or("");
+        claim::orphan_owners(&sets.list_namespace(ns), p, |s: &StatefulSet| {
+            serde_json::to_value(s.spec.as_ref().map(|s| &s.selector)).unwrap_or_default()
+        })
+    };
+    let orphan_owners_update = orphan_owners.clone();
     pod_informer.add_event_handler(
         EventHandlerFuncs::new()
-            .on_add(move |p: &Arc<Pod>, _| owner(&p.metadata).into_iter().for_each(|k| q1.add(k)))
+            .on_add(move |p: &Arc<Pod>, _| {
+                for k in owner(&p.metadata).into_iter().chain(orphan_owners(p)) {
+                    q1.add(k);
+                }
+            })
             .on_update(move |old: &Arc<Pod>, new: &Arc<Pod>| {
                 for k in [owner(&old.metadata), owner(&new.metadata)]
                     .into_iter()
                     .flatten()
+                    .chain(orphan_owners_update(new))
                 {
                     q2.add(k);
                 }
@@ -100,16 +114,6 @@ pub async fn run(client: kube::Client, factory: &SharedInformerFactory, workers:
             async move { sync_statefulset(&ctx, &key).await }
         })
         .await;
-}
-
-fn controlled_by(
-    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
-    uid: &str,
-) -> bool {
-    meta.owner_references
-        .iter()
-        .flatten()
-        .any(|r| r.controller == Some(true) && r.uid == uid)
 }
 
 /// Upstream `getStatefulSetRevisions`: the revision of the current template (created, or an equal
@@ -169,22 +173,13 @@ async fn sync_statefulset(ctx: &Ctx, key: &str) -> Result<(), String> {
         serde_json::to_value(set.spec.as_ref().map(|s| &s.selector)).unwrap_or_default();
     let selector = apimachinery::labels::selector_from_label_selector(&selector_value)
         .map_err(|e| format!("{key}: invalid selector: {e}"))?;
-    let pods: Vec<Arc<Pod>> = ctx
-        .pods
-        .list_namespace(ns)
-        .into_iter()
-        .filter(|p| controlled_by(&p.metadata, &uid))
-        .filter(|p| {
-            let labels: serde_json::Map<String, Value> = p
-                .metadata
-                .labels
-                .iter()
-                .flatten()
-                .map(|(k, v)| (k.clone(), json!(v)))
-                .collect();
-            selector.matches(&labels)
-        })
-        .collect();
+    // Only pods named for the set are its members (upstream `isMemberOf`).
+    let claim = claim::claim_pods(&set.metadata, &ctx.pods.list_namespace(ns), |p| {
+        selector.matches(&claim::pod_labels(p)) && control::ordinal(&set, p).is_some()
+    });
+    let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+    claim::apply(&pods_api, &set.metadata, KIND, &claim).await?;
+    let pods = claim.owned;
     let owned = history::owned_revisions(&ctx.revisions.list_namespace(ns), &uid);
     let mut collision_count = set
         .status
@@ -206,7 +201,6 @@ async fn sync_statefulset(ctx: &Ctx, key: &str) -> Result<(), String> {
     let now = jiff::Timestamp::now();
     let plan = control::plan(&set, &pods, &revs, now);
 
-    let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
     let claims_api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), ns);
     for pod in &plan.create {
         let pod_name = pod["metadata"]["name"].as_str().unwrap_or("");

@@ -1,6 +1,6 @@
 //! The DaemonSet controller of `rkube server` with the scheduler and simulated nodes, driven by
 //! kubectl: seed 003's DaemonSet on every node (pinned by node affinity, with the daemon tolerations),
-//! a node added and removed, its ControllerRevisions, a rolling update of the image, `rollout status`
+//! a node added and removed, cordon and a NoExecute taint, its ControllerRevisions, a rolling update of the image, `rollout status`
 //! and `rollout undo`.
 
 mod support;
@@ -157,6 +157,29 @@ fn daemonsets_cover_nodes_and_roll_out() {
         placements(&c).len() == 3 && !placements(&c).iter().any(|p| p.contains("extra-node"))
     });
     wait_for("3 desired", || {
+        get(&c, &["ds", "nginx-ds"], status) == "3 3 3 3 3 0 1"
+    });
+
+    // A cordoned node keeps its pod (daemon pods tolerate unschedulable); an untolerated NoExecute
+    // taint evicts it, and it comes back once the taint is gone.
+    c.kubectl(&["cordon", nodes[0]]);
+    c.kubectl(&["taint", "node", nodes[1], "dedicated=x:NoExecute"]);
+    wait_for("the tainted node's pod gone", || {
+        let placed = placements(&c);
+        placed.len() == 2
+            && !placed
+                .iter()
+                .any(|p| p.contains(&format!("={}=", nodes[1])))
+    });
+    assert!(placements(&c)
+        .iter()
+        .any(|p| p.contains(&format!("={}=", nodes[0]))));
+    wait_for("2 desired", || {
+        get(&c, &["ds", "nginx-ds"], status) == "2 2 2 2 2 0 1"
+    });
+    c.kubectl(&["taint", "node", nodes[1], "dedicated-"]);
+    c.kubectl(&["uncordon", nodes[0]]);
+    wait_for("3 desired again", || {
         get(&c, &["ds", "nginx-ds"], status) == "3 3 3 3 3 0 1"
     });
 

@@ -1,7 +1,7 @@
 //! The DaemonSet controller of `rkube server` with the scheduler and simulated nodes, driven by
 //! kubectl: seed 003's DaemonSet on every node (pinned by node affinity, with the daemon tolerations),
-//! a node added and removed, cordon and a NoExecute taint, its ControllerRevisions, a rolling update of the image, `rollout status`
-//! and `rollout undo`.
+//! a node added and removed, cordon and a NoExecute taint, its ControllerRevisions, a rolling update of
+//! the image, `rollout status` and `rollout undo`.
 
 mod support;
 

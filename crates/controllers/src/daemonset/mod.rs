@@ -185,12 +185,15 @@ async fn current_revision(
         .iter()
         .partition(|r| r.data.as_ref().map(|d| &d.0) == Some(&data));
     let next = old.iter().map(|r| r.revision).max().unwrap_or(0) + 1;
+    // Upstream hashes the collision count only once the status has one (it starts unset).
+    let unset = ds.status.as_ref().and_then(|s| s.collision_count).is_none();
+    let probe = |cc: i32| (!(unset && cc == 0)).then_some(cc);
     let rev = match current.last() {
         Some(cur) if cur.revision >= next => (***cur).clone(),
         Some(cur) => history::update_revision(&api, cur, next).await?,
         None => {
             let make = |cc: i32| {
-                let hash = sync::template_hash(&template, Some(cc));
+                let hash = sync::template_hash(&template, probe(cc));
                 let mut labels = template["metadata"]["labels"].clone();
                 if !labels.is_object() {
                     labels = json!({});
@@ -219,7 +222,7 @@ async fn current_revision(
         .as_ref()
         .and_then(|l| l.get(sync::HASH_LABEL))
         .cloned()
-        .unwrap_or_else(|| sync::template_hash(&template, Some(*collision_count)));
+        .unwrap_or_else(|| sync::template_hash(&template, probe(*collision_count)));
     Ok((rev, hash))
 }
 

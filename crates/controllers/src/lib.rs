@@ -3,18 +3,25 @@
 //! [`CONTROLLERS`] under upstream's canonical name (and the short alias older releases used), so
 //! `--controllers` reads as upstream's.
 //!
+//! - [`daemonset`]: a pod on every eligible node.
 //! - [`deployment`]: rolls Deployments out through ReplicaSets.
-//! - [`replicaset`]: keeps a ReplicaSet's (or ReplicationController's) pods.
+//! - [`disruption`]: PodDisruptionBudget status, which evictions honour.
+//! - [`history`]: ControllerRevisions, for the StatefulSet and DaemonSet controllers.
+//! - [`nodeipam`]: gives each node a pod CIDR.
 //! - [`nodelifecycle`]: marks silent nodes Unknown and taints them; [`tainteviction`] evicts the pods
 //!   that do not tolerate a node's NoExecute taints.
-//! - [`nodeipam`]: gives each node a pod CIDR.
-//! - [`disruption`]: PodDisruptionBudget status, which evictions honour.
+//! - [`replicaset`]: keeps a ReplicaSet's (or ReplicationController's) pods.
+//! - [`statefulset`]: ordered pods with stable identities and storage.
 
+pub(crate) mod claim;
+pub mod daemonset;
 pub mod deployment;
 pub mod disruption;
+pub mod history;
 pub mod nodeipam;
 pub mod nodelifecycle;
 pub mod replicaset;
+pub mod statefulset;
 pub mod tainteviction;
 
 use std::sync::Arc;
@@ -111,6 +118,18 @@ pub const CONTROLLERS: &[ControllerDescriptor] = &[
         alias: "deployment",
         enabled_by_default: true,
         run: |c| Box::pin(deployment::run(c.client.clone(), &c.factory, c.workers)),
+    },
+    ControllerDescriptor {
+        name: "statefulset-controller",
+        alias: "statefulset",
+        enabled_by_default: true,
+        run: |c| Box::pin(statefulset::run(c.client.clone(), &c.factory, c.workers)),
+    },
+    ControllerDescriptor {
+        name: "daemonset-controller",
+        alias: "daemonset",
+        enabled_by_default: true,
+        run: |c| Box::pin(daemonset::run(c.client.clone(), &c.factory, c.workers)),
     },
     ControllerDescriptor {
         name: "disruption-controller",

@@ -4,9 +4,13 @@
 //! `--controllers` reads as upstream's.
 //!
 //! - [`deployment`]: rolls Deployments out through ReplicaSets.
+//! - [`garbagecollector`]: cascading deletion by ownerReferences (background, foreground, orphan).
+//! - [`namespace`]: empties a deleted namespace and finalizes it.
 //! - [`replicaset`]: keeps a ReplicaSet's pods.
 
 pub mod deployment;
+pub mod garbagecollector;
+pub mod namespace;
 pub mod replicaset;
 
 use client::informer::{InformerConfig, SharedInformerFactory};
@@ -62,6 +66,18 @@ pub const CONTROLLERS: &[ControllerDescriptor] = &[
         alias: "deployment",
         enabled_by_default: true,
         run: |c| Box::pin(deployment::run(c.client.clone(), &c.factory, c.workers)),
+    },
+    ControllerDescriptor {
+        name: "garbage-collector-controller",
+        alias: "garbagecollector",
+        enabled_by_default: true,
+        run: |c| Box::pin(garbagecollector::run(c.client.clone())),
+    },
+    ControllerDescriptor {
+        name: "namespace-controller",
+        alias: "namespace",
+        enabled_by_default: true,
+        run: |c| Box::pin(namespace::run(c.client.clone(), &c.factory)),
     },
 ];
 

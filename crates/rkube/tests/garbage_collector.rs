@@ -1,6 +1,7 @@
 //! The garbage collector of `rkube server`, driven by kubectl: background, foreground and orphan
 //! cascading deletion of Deployments on simulated nodes, and ownerReferences between ConfigMaps
-//! (owner deleted, dangling reference, two owners, an owner in another namespace).
+//! (owner deleted, dangling reference, two owners, an owner in another namespace), and a custom
+//! resource owned by a ConfigMap.
 
 mod support;
 
@@ -69,9 +70,11 @@ fn deployments_cascade_in_background_foreground_and_orphan() {
     // Background (kubectl's default): the ReplicaSet and its pods follow the Deployment.
     create_and_wait(&c, "bg", 2, 1);
     c.kubectl(&["delete", "deployment", "bg"]);
-    wait_until(Duration::from_secs(30), "bg's ReplicaSets and pods to go", || {
-        names(&c, &["rs,pods", "-l", "app=bg"]).is_empty()
-    });
+    wait_until(
+        Duration::from_secs(30),
+        "bg's ReplicaSets and pods to go",
+        || names(&c, &["rs,pods", "-l", "app=bg"]).is_empty(),
+    );
 
     // Foreground: the Deployment stays (deleting) while its pods exist, and goes after them.
     create_and_wait(&c, "fg", 2, 3);
@@ -96,7 +99,10 @@ fn deployments_cascade_in_background_foreground_and_orphan() {
         let pods = names(&c, &["pods", "-l", "app=fg"]);
         if owner.trim().is_empty() {
             // Gone: nothing of it may be left.
-            assert!(pods.is_empty(), "pods outlived a foreground-deleted owner: {pods:?}");
+            assert!(
+                pods.is_empty(),
+                "pods outlived a foreground-deleted owner: {pods:?}"
+            );
             return true;
         }
         if owner.contains("foregroundDeletion") && !owner.starts_with(' ') && !pods.is_empty() {
@@ -142,7 +148,15 @@ fn configmap(name: &str, ns: &str, owners: &[(&str, &str)]) -> String {
 }
 
 fn uid(c: &Cluster, ns: &str, name: &str) -> String {
-    c.kubectl(&["get", "cm", name, "-n", ns, "-o", "jsonpath={.metadata.uid}"])
+    c.kubectl(&[
+        "get",
+        "cm",
+        name,
+        "-n",
+        ns,
+        "-o",
+        "jsonpath={.metadata.uid}",
+    ])
 }
 
 #[test]
@@ -152,10 +166,38 @@ fn configmaps_follow_their_owner_references() {
         c.kubectl_in(&["create", "-f", "-"], Some(&yaml));
     };
     let exists = |ns: &str, name: &str| {
-        !c.kubectl(&["get", "cm", name, "-n", ns, "--ignore-not-found", "-o", "name"])
-            .trim()
-            .is_empty()
+        !c.kubectl(&[
+            "get",
+            "cm",
+            name,
+            "-n",
+            ns,
+            "--ignore-not-found",
+            "-o",
+            "name",
+        ])
+        .trim()
+        .is_empty()
     };
+
+    // A custom resource owned by a ConfigMap: its CRD appears after the collector started, so it is
+    // followed from the next re-discovery (every 30 s, as upstream).
+    c.kubectl_in(&["apply", "-f", "-"], Some(CRD));
+    c.kubectl(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/widgets.example.com",
+        "--timeout=30s",
+    ]);
+    create(configmap("holder", "default", &[]));
+    let holder = uid(&c, "default", "holder");
+    c.kubectl_in(
+        &["create", "-f", "-"],
+        Some(&format!(
+            "apiVersion: example.com/v1\nkind: Widget\nmetadata:\n  name: w\n  ownerReferences:\n  - apiVersion: v1\n    kind: ConfigMap\n    name: holder\n    uid: {holder}\n"
+        )),
+    );
+    c.kubectl(&["delete", "cm", "holder"]);
 
     // One owner: the dependent goes with it.
     create(configmap("owner", "default", &[]));
@@ -177,14 +219,21 @@ fn configmaps_follow_their_owner_references() {
     c.kubectl(&["create", "namespace", "other"]);
     create(configmap("elsewhere", "other", &[("owner", &owner_uid)]));
 
-    wait_until(Duration::from_secs(20), "the dangling dependent to go", || {
-        !exists("default", "dangling")
-    });
-    wait_until(Duration::from_secs(20), "the cross-namespace dependent to go", || {
-        !exists("other", "elsewhere")
-    });
-    wait_until(Duration::from_secs(20), "the OwnerRefInvalidNamespace event", || {
-        c.kubectl(&[
+    wait_until(
+        Duration::from_secs(20),
+        "the dangling dependent to go",
+        || !exists("default", "dangling"),
+    );
+    wait_until(
+        Duration::from_secs(20),
+        "the cross-namespace dependent to go",
+        || !exists("other", "elsewhere"),
+    );
+    wait_until(
+        Duration::from_secs(20),
+        "the OwnerRefInvalidNamespace event",
+        || {
+            c.kubectl(&[
             "get",
             "events",
             "-n",
@@ -197,8 +246,12 @@ fn configmaps_follow_their_owner_references() {
         .contains(&format!(
             "ownerRef [v1/ConfigMap, namespace: other, name: owner, uid: {owner_uid}] does not exist in namespace \"other\""
         ))
-    });
-    assert!(exists("default", "dep"), "a dependent of a live owner was deleted");
+        },
+    );
+    assert!(
+        exists("default", "dep"),
+        "a dependent of a live owner was deleted"
+    );
     assert!(exists("default", "shared"));
 
     c.kubectl(&["delete", "cm", "owner"]);
@@ -218,4 +271,26 @@ fn configmaps_follow_their_owner_references() {
     });
     assert!(exists("default", "shared"));
     assert!(exists("default", "b"));
+
+    wait_until(Duration::from_secs(45), "the custom resource to go", || {
+        c.kubectl(&["get", "widgets", "--ignore-not-found", "-o", "name"])
+            .trim()
+            .is_empty()
+    });
 }
+
+const CRD: &str = r#"apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: widgets.example.com
+spec:
+  group: example.com
+  scope: Namespaced
+  names: {plural: widgets, singular: widget, kind: Widget}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
+"#;

@@ -132,8 +132,8 @@ pub enum Action {
     AttemptToOrphan(String),
     /// `dependent` names an owner observed in another namespace (event `OwnerRefInvalidNamespace`).
     InvalidNamespaceOwnerRef {
-        dependent: Identity,
-        owner: Identity,
+        dependent: Box<Identity>,
+        owner: Box<Identity>,
     },
 }
 
@@ -253,8 +253,8 @@ impl Graph {
                     if !mismatch && !ns.is_empty() && *ns != dep.identity.namespace {
                         if !owner.virtual_node {
                             out.push(Action::InvalidNamespaceOwnerRef {
-                                dependent: dep.identity.clone(),
-                                owner: Identity::of_owner(r, &dep.identity.namespace),
+                                dependent: Box::new(dep.identity.clone()),
+                                owner: Box::new(Identity::of_owner(r, &dep.identity.namespace)),
                             });
                         }
                         mismatch = true;
@@ -332,8 +332,11 @@ impl Graph {
                             {
                                 if let Some(r) = d.owners.iter().find(|r| r.uid == uid) {
                                     out.push(Action::InvalidNamespaceOwnerRef {
-                                        dependent: d.identity.clone(),
-                                        owner: Identity::of_owner(r, &d.identity.namespace),
+                                        dependent: Box::new(d.identity.clone()),
+                                        owner: Box::new(Identity::of_owner(
+                                            r,
+                                            &d.identity.namespace,
+                                        )),
                                     });
                                 }
                             }
@@ -595,8 +598,8 @@ mod tests {
             actions,
             [
                 Action::InvalidNamespaceOwnerRef {
-                    dependent: dep.clone(),
-                    owner: id("ConfigMap", "two", "a", "u-a")
+                    dependent: Box::new(dep.clone()),
+                    owner: Box::new(id("ConfigMap", "two", "a", "u-a"))
                 },
                 Action::AttemptToDelete("u-b".into())
             ]

@@ -426,13 +426,12 @@ impl Gc {
         };
         match self.attempt_to_delete_item(&node).await? {
             Outcome::VirtualDelete | Outcome::ClusterScopedWithNamespacedOwner => Ok(()),
-            Outcome::Done => {
-                // A virtual node is looked at until an informer observes it or it is found absent.
-                if self.lock_graph().get(uid).is_some_and(|n| n.virtual_node) {
-                    self.attempt_to_delete.add_rate_limited(uid.to_string());
-                }
-                Ok(())
+            // A virtual node is looked at again (with backoff) until an informer observes it or
+            // it is found absent.
+            Outcome::Done if self.lock_graph().get(uid).is_some_and(|n| n.virtual_node) => {
+                Err(format!("{} not observed yet", node.identity))
             }
+            Outcome::Done => Ok(()),
         }
     }
 

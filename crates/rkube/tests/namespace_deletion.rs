@@ -238,9 +238,11 @@ fn deleting_a_namespace_removes_everything_in_it() {
     c.kubectl(&["create", "namespace", "doomed"]);
     c.kubectl_in(&["apply", "-n", "doomed", "-f", "-"], Some(CONTENT));
     // The Deployment's ReplicaSet and both ReplicaSets' pods exist before the deletion.
-    wait_until(Duration::from_secs(30), "controllers to create pods", || {
-        listed(&c, "pods", "doomed").lines().count() == 3
-    });
+    wait_until(
+        Duration::from_secs(30),
+        "controllers to create pods",
+        || listed(&c, "pods", "doomed").lines().count() == 3,
+    );
     for kind in KINDS {
         assert!(
             !listed(&c, kind, "doomed").trim().is_empty(),
@@ -250,7 +252,14 @@ fn deleting_a_namespace_removes_everything_in_it() {
 
     c.kubectl(&["delete", "namespace", "doomed", "--timeout=50s"]);
     assert!(c
-        .kubectl(&["get", "namespace", "doomed", "--ignore-not-found", "-o", "name"])
+        .kubectl(&[
+            "get",
+            "namespace",
+            "doomed",
+            "--ignore-not-found",
+            "-o",
+            "name"
+        ])
         .trim()
         .is_empty());
     for kind in KINDS {
@@ -278,10 +287,14 @@ fn a_finalizer_keeps_the_namespace_terminating_until_removed() {
             ),
         ])
     };
-    wait_until(Duration::from_secs(20), "NamespaceFinalizersRemaining", || {
-        condition("NamespaceFinalizersRemaining")
+    wait_until(
+        Duration::from_secs(20),
+        "NamespaceFinalizersRemaining",
+        || {
+            condition("NamespaceFinalizersRemaining")
             == "Terminating|True|SomeFinalizerRemain|Some finalizers are remaining: example.com/hold in 1 resource instances"
-    });
+        },
+    );
     assert_eq!(
         condition("NamespaceContentRemaining"),
         "Terminating|True|SomeResourcesRemain|Some resources are remaining: configmaps. has 1 resource instances"
@@ -319,8 +332,15 @@ fn a_finalizer_keeps_the_namespace_terminating_until_removed() {
         r#"{"metadata":{"finalizers":null}}"#,
     ]);
     wait_until(Duration::from_secs(30), "the namespace to go", || {
-        c.kubectl(&["get", "namespace", "held", "--ignore-not-found", "-o", "name"])
-            .trim()
-            .is_empty()
+        c.kubectl(&[
+            "get",
+            "namespace",
+            "held",
+            "--ignore-not-found",
+            "-o",
+            "name",
+        ])
+        .trim()
+        .is_empty()
     });
 }

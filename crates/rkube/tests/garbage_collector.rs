@@ -219,6 +219,14 @@ fn configmaps_follow_their_owner_references() {
     c.kubectl(&["create", "namespace", "other"]);
     create(configmap("elsewhere", "other", &[("owner", &owner_uid)]));
 
+    // A cluster-scoped object naming a namespaced owner: reported, never collected.
+    c.kubectl_in(
+        &["create", "-f", "-"],
+        Some(&format!(
+            "apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRole\nmetadata:\n  name: owned\n  ownerReferences:\n  - apiVersion: v1\n    kind: ConfigMap\n    name: b\n    uid: {b}\nrules: []\n"
+        )),
+    );
+
     wait_until(
         Duration::from_secs(20),
         "the dangling dependent to go",
@@ -247,6 +255,30 @@ fn configmaps_follow_their_owner_references() {
             "ownerRef [v1/ConfigMap, namespace: other, name: owner, uid: {owner_uid}] does not exist in namespace \"other\""
         ))
         },
+    );
+    wait_until(
+        Duration::from_secs(20),
+        "the cluster-scoped dependent's event",
+        || {
+            c.kubectl(&[
+            "get",
+            "events",
+            "-n",
+            "default",
+            "--field-selector",
+            "reason=OwnerRefInvalidNamespace,involvedObject.kind=ClusterRole",
+            "-o",
+            "jsonpath={.items[*].message}",
+        ])
+        .contains(&format!(
+            "ownerRef [v1/ConfigMap, namespace: , name: b, uid: {b}] does not exist in namespace \"\""
+        ))
+        },
+    );
+    assert_eq!(
+        c.kubectl(&["get", "clusterrole", "owned", "-o", "name"])
+            .trim(),
+        "clusterrole.rbac.authorization.k8s.io/owned"
     );
     assert!(
         exists("default", "dep"),

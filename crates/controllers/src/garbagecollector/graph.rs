@@ -611,6 +611,25 @@ mod tests {
     }
 
     #[test]
+    fn cluster_scoped_dependent_of_an_observed_namespaced_owner_is_reported() {
+        let mut g = Graph::default();
+        let owner = id("ConfigMap", "ns", "a", "u-a");
+        let dep = id("ClusterRole", "", "r", "u-r");
+        g.process(&ev(EventType::Add, &owner, vec![]));
+        let actions = g.process(&ev(EventType::Add, &dep, vec![owner_ref(&owner, false)]));
+        assert_eq!(
+            actions,
+            [
+                Action::InvalidNamespaceOwnerRef {
+                    dependent: Box::new(dep.clone()),
+                    owner: Box::new(id("ConfigMap", "", "a", "u-a"))
+                },
+                Action::AttemptToDelete("u-r".into())
+            ]
+        );
+    }
+
+    #[test]
     fn removed_blocking_reference_unblocks_a_waiting_owner() {
         let mut g = Graph::default();
         let owner = id("ConfigMap", "ns", "a", "u-a");

@@ -439,6 +439,12 @@ impl Gc {
         if node.being_deleted && !node.deleting_dependents {
             return Ok(Outcome::Done);
         }
+        // A virtual owner of a namespaced kind named by a cluster-scoped dependent has nowhere to
+        // be looked up (upstream `getObject` gives up the same way).
+        let d = self.resolve(&node.identity.api_version, &node.identity.kind)?;
+        if d.namespaced && node.identity.namespace.is_empty() {
+            return Ok(Outcome::ClusterScopedWithNamespacedOwner);
+        }
         let Some(latest) = self.get_live(&node.identity).await? else {
             let _ = self
                 .changes
@@ -505,7 +511,8 @@ impl Gc {
     }
 
     /// Checks one owner (upstream `isDangling` + the classification): `None` when a cluster-scoped
-    /// object names a namespaced owner, which is reported and left alone.
+    /// object names a namespaced owner, which is left alone (the graph builder reports it when the
+    /// owner is observed).
     async fn owner_state(
         &self,
         r: &OwnerReference,
@@ -527,7 +534,6 @@ impl Gc {
             key.namespace.clear();
         }
         if node.identity.namespace.is_empty() && d.namespaced {
-            self.report_invalid_owner(&node.identity, &key);
             return Ok(None);
         }
         let owner = self

@@ -6,7 +6,9 @@
 //! - [`daemonset`]: a pod on every eligible node.
 //! - [`deployment`]: rolls Deployments out through ReplicaSets.
 //! - [`disruption`]: PodDisruptionBudget status, which evictions honour.
+//! - [`garbagecollector`]: cascading deletion by ownerReferences (background, foreground, orphan).
 //! - [`history`]: ControllerRevisions, for the StatefulSet and DaemonSet controllers.
+//! - [`namespace`]: empties a deleted namespace and finalizes it.
 //! - [`nodeipam`]: gives each node a pod CIDR.
 //! - [`nodelifecycle`]: marks silent nodes Unknown and taints them; [`tainteviction`] evicts the pods
 //!   that do not tolerate a node's NoExecute taints.
@@ -17,7 +19,9 @@ pub(crate) mod claim;
 pub mod daemonset;
 pub mod deployment;
 pub mod disruption;
+pub mod garbagecollector;
 pub mod history;
+pub mod namespace;
 pub mod nodeipam;
 pub mod nodelifecycle;
 pub mod replicaset;
@@ -166,6 +170,18 @@ pub const CONTROLLERS: &[ControllerDescriptor] = &[
         alias: "taint-eviction-controller",
         enabled_by_default: true,
         run: |c| Box::pin(tainteviction::run(c.client.clone(), &c.factory, c.workers)),
+    },
+    ControllerDescriptor {
+        name: "garbage-collector-controller",
+        alias: "garbagecollector",
+        enabled_by_default: true,
+        run: |c| Box::pin(garbagecollector::run(c.client.clone())),
+    },
+    ControllerDescriptor {
+        name: "namespace-controller",
+        alias: "namespace",
+        enabled_by_default: true,
+        run: |c| Box::pin(namespace::run(c.client.clone(), &c.factory)),
     },
 ];
 

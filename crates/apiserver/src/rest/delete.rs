@@ -19,6 +19,8 @@ pub(super) const MAX_RETRIES: usize = 20;
 pub(super) struct DeleteOptions {
     pub grace_period: Option<i64>,
     pub propagation: Option<String>,
+    /// `orphanDependents` as sent (deprecated; wins over `propagationPolicy` when set).
+    pub orphan: Option<bool>,
     pub precondition_uid: Option<String>,
     pub precondition_rv: Option<String>,
 }
@@ -67,6 +69,7 @@ fn delete_options(ctx: &Ctx<'_>, body: &Bytes) -> Result<DeleteOptions, ApiError
     Ok(DeleteOptions {
         grace_period,
         propagation,
+        orphan,
         precondition_uid: body
             .pointer("/preconditions/uid")
             .and_then(Value::as_str)
@@ -116,16 +119,11 @@ pub(super) async fn delete_one(
             }
         }
         let mut new = old.clone();
-        let mut finalizers = objects::finalizers(&new);
-        match options.propagation.as_deref() {
-            Some("Orphan") if !finalizers.iter().any(|f| f == "orphan") => {
-                finalizers.push("orphan".into())
-            }
-            Some("Foreground") if !finalizers.iter().any(|f| f == "foregroundDeletion") => {
-                finalizers.push("foregroundDeletion".into())
-            }
-            _ => {}
-        }
+        let finalizers = gc_finalizers(
+            default_gc_policy(&ctx.resource.group, &ctx.resource.plural, &ctx.req.version),
+            objects::finalizers(&new),
+            options,
+        );
         let grace = grace_period(ctx, &old, options);
         let is_namespace = ctx.resource.group.is_empty() && ctx.resource.plural == "namespaces";
         let ns_pending = is_namespace
@@ -184,6 +182,68 @@ pub(super) async fn delete_one(
         name,
         "too many concurrent updates; try again",
     ))
+}
+
+/// What the API does with dependents when a delete request says nothing (upstream
+/// `rest.GarbageCollectionPolicy` of each strategy).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum GcPolicy {
+    /// Background cascading deletion: the default of the generic store.
+    DeleteDependents,
+    /// Dependents are orphaned: kept for backward compatibility by `v1` ReplicationControllers and
+    /// `batch/v1` Jobs.
+    OrphanDependents,
+    /// No garbage collection finalizers at all (Events).
+    Unsupported,
+}
+
+fn default_gc_policy(group: &str, plural: &str, version: &str) -> GcPolicy {
+    match (group, plural, version) {
+        ("", "replicationcontrollers", "v1") | ("batch", "jobs", "v1") => {
+            GcPolicy::OrphanDependents
+        }
+        ("", "events", _) | ("events.k8s.io", "events", _) => GcPolicy::Unsupported,
+        _ => GcPolicy::DeleteDependents,
+    }
+}
+
+/// The object's finalizers after a delete request (upstream `deletionFinalizersForGarbageCollection`
+/// with `shouldOrphanDependents` / `shouldDeleteDependents`): an explicit `orphanDependents` wins, then
+/// `propagationPolicy`, then a GC finalizer already on the object, then the resource's default. The
+/// two GC finalizers are replaced, never both kept.
+fn gc_finalizers(
+    policy: GcPolicy,
+    mut finalizers: Vec<String>,
+    options: &DeleteOptions,
+) -> Vec<String> {
+    if policy == GcPolicy::Unsupported {
+        return finalizers;
+    }
+    let has = |f: &str| finalizers.iter().any(|x| x == f);
+    let explicit = match (options.orphan, options.propagation.as_deref()) {
+        (Some(o), _) => Some((o, false)),
+        (None, Some("Orphan")) => Some((true, false)),
+        (None, Some("Foreground")) => Some((false, true)),
+        (None, Some(_)) => Some((false, false)),
+        (None, None) => None,
+    };
+    let (orphan, foreground) = explicit.unwrap_or_else(|| {
+        if has("orphan") {
+            (true, false)
+        } else if has("foregroundDeletion") {
+            (false, true)
+        } else {
+            (policy == GcPolicy::OrphanDependents, false)
+        }
+    });
+    finalizers.retain(|f| f != "orphan" && f != "foregroundDeletion");
+    if orphan {
+        finalizers.push("orphan".into());
+    }
+    if foreground {
+        finalizers.push("foregroundDeletion".into());
+    }
+    finalizers
 }
 
 /// Upstream's graceful deletion: only pods have a grace period, and only once scheduled and not
@@ -419,4 +479,76 @@ pub(super) fn add_condition(pod: &mut Value, condition: Value) {
         .collect();
     conditions.push(condition);
     pod["status"]["conditions"] = Value::Array(conditions);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts(propagation: Option<&str>, orphan: Option<bool>) -> DeleteOptions {
+        DeleteOptions {
+            grace_period: None,
+            propagation: propagation.map(str::to_string),
+            orphan,
+            precondition_uid: None,
+            precondition_rv: None,
+        }
+    }
+
+    fn fin(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn gc_finalizers_follow_upstream_precedence() {
+        use GcPolicy::*;
+        assert_eq!(
+            default_gc_policy("apps", "deployments", "v1"),
+            DeleteDependents
+        );
+        assert_eq!(default_gc_policy("batch", "jobs", "v1"), OrphanDependents);
+        assert_eq!(
+            default_gc_policy("", "replicationcontrollers", "v1"),
+            OrphanDependents
+        );
+        assert_eq!(default_gc_policy("", "events", "v1"), Unsupported);
+        // Defaults when the request says nothing.
+        assert!(gc_finalizers(DeleteDependents, fin(&[]), &opts(None, None)).is_empty());
+        assert_eq!(
+            gc_finalizers(OrphanDependents, fin(&[]), &opts(None, None)),
+            ["orphan"]
+        );
+        // An explicit policy wins over the default and replaces the other GC finalizer.
+        assert!(
+            gc_finalizers(OrphanDependents, fin(&[]), &opts(Some("Background"), None)).is_empty()
+        );
+        assert_eq!(
+            gc_finalizers(
+                DeleteDependents,
+                fin(&["x", "orphan"]),
+                &opts(Some("Foreground"), None)
+            ),
+            ["x", "foregroundDeletion"]
+        );
+        // orphanDependents wins over propagationPolicy.
+        assert_eq!(
+            gc_finalizers(
+                DeleteDependents,
+                fin(&[]),
+                &opts(Some("Foreground"), Some(true))
+            ),
+            ["orphan"]
+        );
+        // A finalizer already there wins over the default.
+        assert_eq!(
+            gc_finalizers(
+                OrphanDependents,
+                fin(&["foregroundDeletion"]),
+                &opts(None, None)
+            ),
+            ["foregroundDeletion"]
+        );
+        // Events get none.
+        assert!(gc_finalizers(Unsupported, fin(&[]), &opts(Some("Orphan"), None)).is_empty());
+    }
 }

@@ -169,6 +169,7 @@ pub async fn evict_pod(ctx: &Ctx<'_>, body: Bytes) -> Result<Response<Body>, Api
             .pointer("/deleteOptions/gracePeriodSeconds")
             .and_then(Value::as_i64),
         propagation: None,
+        orphan: None,
         precondition_uid: eviction
             .pointer("/deleteOptions/preconditions/uid")
             .and_then(Value::as_str)

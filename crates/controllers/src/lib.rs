@@ -4,10 +4,22 @@
 //! `--controllers` reads as upstream's.
 //!
 //! - [`deployment`]: rolls Deployments out through ReplicaSets.
+//! - [`endpoint`]: a Service's Endpoints from its selected pods.
+//! - [`endpointslice`]: a Service's EndpointSlices from its selected pods.
+//! - [`endpointslicemirroring`]: EndpointSlices mirroring the custom Endpoints of selectorless Services.
+//! - [`podgc`]: deletes terminated pods over a threshold and pods of vanished nodes.
 //! - [`replicaset`]: keeps a ReplicaSet's pods.
+//! - [`rootcacertpublisher`]: the `kube-root-ca.crt` ConfigMap in every namespace.
+//! - [`serviceaccount`]: the `default` ServiceAccount in every namespace.
 
 pub mod deployment;
+pub mod endpoint;
+pub mod endpointslice;
+pub mod endpointslicemirroring;
+pub mod podgc;
 pub mod replicaset;
+pub mod rootcacertpublisher;
+pub mod serviceaccount;
 
 use client::informer::{InformerConfig, SharedInformerFactory};
 use futures::future::BoxFuture;
@@ -35,6 +47,39 @@ pub struct ControllerContext {
     pub factory: SharedInformerFactory,
     /// Concurrent syncs per controller (upstream `--concurrent-*-syncs`, 5 by default).
     pub workers: usize,
+    /// Settings of individual controllers (upstream's per-controller flags).
+    pub options: ControllerOptions,
+}
+
+/// The controller-manager flags that individual controllers read.
+#[derive(Clone, Debug)]
+pub struct ControllerOptions {
+    /// The CA bundle (PEM) published as `kube-root-ca.crt` (upstream `--root-ca-file`); without
+    /// one the publisher does not run.
+    pub root_ca_pem: Option<String>,
+    /// Upstream `--max-endpoints-per-slice`.
+    pub max_endpoints_per_slice: usize,
+    /// Upstream `--mirroring-max-endpoints-per-subset`.
+    pub mirroring_max_endpoints_per_subset: usize,
+    /// Upstream `--terminated-pod-gc-threshold` (0 turns that part of pod GC off).
+    pub terminated_pod_gc_threshold: usize,
+    /// How long pod GC waits before treating a missing node as deleted (upstream: a 40 s constant).
+    pub pod_gc_quarantine: std::time::Duration,
+    /// How often pod GC runs (upstream: a 20 s constant).
+    pub pod_gc_period: std::time::Duration,
+}
+
+impl Default for ControllerOptions {
+    fn default() -> Self {
+        ControllerOptions {
+            root_ca_pem: None,
+            max_endpoints_per_slice: 100,
+            mirroring_max_endpoints_per_subset: 1000,
+            terminated_pod_gc_threshold: 12500,
+            pod_gc_quarantine: std::time::Duration::from_secs(40),
+            pod_gc_period: std::time::Duration::from_secs(20),
+        }
+    }
 }
 
 /// One controller of the manager.
@@ -62,6 +107,42 @@ pub const CONTROLLERS: &[ControllerDescriptor] = &[
         alias: "deployment",
         enabled_by_default: true,
         run: |c| Box::pin(deployment::run(c.client.clone(), &c.factory, c.workers)),
+    },
+    ControllerDescriptor {
+        name: "serviceaccount-controller",
+        alias: "serviceaccount",
+        enabled_by_default: true,
+        run: |c| Box::pin(serviceaccount::run(c.client.clone(), &c.factory)),
+    },
+    ControllerDescriptor {
+        name: "root-ca-certificate-publisher-controller",
+        alias: "root-ca-cert-publisher",
+        enabled_by_default: true,
+        run: |c| Box::pin(rootcacertpublisher::run(c)),
+    },
+    ControllerDescriptor {
+        name: "endpoints-controller",
+        alias: "endpoint",
+        enabled_by_default: true,
+        run: |c| Box::pin(endpoint::run(c.client.clone(), &c.factory, c.workers)),
+    },
+    ControllerDescriptor {
+        name: "endpointslice-controller",
+        alias: "endpointslice",
+        enabled_by_default: true,
+        run: |c| Box::pin(endpointslice::run(c)),
+    },
+    ControllerDescriptor {
+        name: "endpointslice-mirroring-controller",
+        alias: "endpointslicemirroring",
+        enabled_by_default: true,
+        run: |c| Box::pin(endpointslicemirroring::run(c)),
+    },
+    ControllerDescriptor {
+        name: "pod-garbage-collector-controller",
+        alias: "podgc",
+        enabled_by_default: true,
+        run: |c| Box::pin(podgc::run(c)),
     },
 ];
 
@@ -110,11 +191,16 @@ pub fn select(spec: &[String]) -> Result<Vec<&'static ControllerDescriptor>, Str
 }
 
 /// Runs the chosen controllers until the future is dropped.
-pub async fn run_selected(client: kube::Client, selected: Vec<&'static ControllerDescriptor>) {
+pub async fn run_selected(
+    client: kube::Client,
+    selected: Vec<&'static ControllerDescriptor>,
+    options: ControllerOptions,
+) {
     let ctx = ControllerContext {
         factory: SharedInformerFactory::new(client.clone(), InformerConfig::new()),
         client,
         workers: 5,
+        options,
     };
     for c in &selected {
         tracing::info!(controller = c.name, "starting controller");
@@ -123,9 +209,9 @@ pub async fn run_selected(client: kube::Client, selected: Vec<&'static Controlle
 }
 
 /// Runs every controller that is on by default until the future is dropped.
-pub async fn run(client: kube::Client) {
+pub async fn run(client: kube::Client, options: ControllerOptions) {
     let selected = select(&["*".to_string()]).unwrap_or_default();
-    run_selected(client, selected).await;
+    run_selected(client, selected, options).await;
 }
 
 #[cfg(test)]

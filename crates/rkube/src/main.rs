@@ -1,6 +1,7 @@
 //! `rkube`: Kubernetes, rebuilt in Rust. One binary whose subcommands are the Kubernetes components.
 
 mod bench;
+mod controller_flags;
 mod serve;
 mod sim;
 
@@ -25,7 +26,7 @@ enum Command {
     /// The Kubernetes API server.
     Apiserver(serve::ServeArgs),
     /// The controller manager: the controllers that make objects so (for now: ReplicaSet).
-    ControllerManager(ClusterArgs),
+    ControllerManager(ControllerManagerArgs),
     /// The scheduler: binds pending pods to nodes.
     Scheduler(SchedulerArgs),
     /// Simulated nodes (like kwok): Nodes whose pods run without processes, for scale tests.
@@ -50,6 +51,14 @@ impl ClusterArgs {
                 .map_err(|e| format!("no cluster: {e}")),
         }
     }
+}
+
+#[derive(clap::Args)]
+struct ControllerManagerArgs {
+    #[command(flatten)]
+    cluster: ClusterArgs,
+    #[command(flatten)]
+    controllers: controller_flags::ControllerFlags,
 }
 
 #[derive(clap::Args)]
@@ -107,9 +116,12 @@ fn main() -> std::process::ExitCode {
             Command::Sim(args) => sim::run(args).await,
             Command::Scheduler(args) => run_scheduler(args).await,
             Command::ControllerManager(args) => {
-                let client = args.client().await?;
+                let client = args.cluster.client().await?;
+                let options = args
+                    .controllers
+                    .options(args.cluster.kubeconfig.as_deref())?;
                 tokio::select! {
-                    _ = controllers::run(client) => Ok(()),
+                    _ = controllers::run(client, options) => Ok(()),
                     r = tokio::signal::ctrl_c() => r.map_err(|e| e.to_string()),
                 }
             }

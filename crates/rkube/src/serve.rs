@@ -56,6 +56,8 @@ pub struct ServeArgs {
     sim_nodes: usize,
     #[command(flatten)]
     sim: crate::sim::SimFlags,
+    #[command(flatten)]
+    controller_flags: crate::controller_flags::ControllerFlags,
 }
 
 /// "300ms", "5s", "5m", "1h".
@@ -125,7 +127,8 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
     let _controllers = if !args.disable_controllers {
         let kubeconfig = args.data_dir.join("admin.kubeconfig");
         let client = client::kubeconfig::client_from_file(&kubeconfig).await?;
-        Some(AbortOnDrop(tokio::spawn(controllers::run(client))))
+        let options = args.controller_flags.options(Some(&kubeconfig))?;
+        Some(AbortOnDrop(tokio::spawn(controllers::run(client, options))))
     } else {
         None
     };

@@ -38,7 +38,9 @@ pub async fn run(client: kube::Client, factory: &SharedInformerFactory, workers:
     let (q1, q2, q3) = (queue.clone(), queue.clone(), queue.clone());
     pod_informer.add_event_handler(
         EventHandlerFuncs::new()
-            .on_add(move |p: &Arc<Pod>, _| services_for_pod(&s1, p).into_iter().for_each(|k| q1.add(k)))
+            .on_add(move |p: &Arc<Pod>, _| {
+                services_for_pod(&s1, p).into_iter().for_each(|k| q1.add(k))
+            })
             .on_update(move |old: &Arc<Pod>, new: &Arc<Pod>| {
                 let mut keys = services_for_pod(&s2, old);
                 keys.extend(services_for_pod(&s2, new));

@@ -120,8 +120,10 @@ pub fn repack(subsets: &[EndpointSubset]) -> Vec<EndpointSubset> {
     type AddrSet = BTreeMap<(String, String), bool>;
     let mut all: BTreeMap<(String, String), EndpointAddress> = BTreeMap::new();
     // Port (None for "no ports") -> the addresses offering it.
-    let mut by_port: BTreeMap<Option<(String, i32, String, String)>, (Option<EndpointPort>, AddrSet)> =
-        BTreeMap::new();
+    let mut by_port: BTreeMap<
+        Option<(String, i32, String, String)>,
+        (Option<EndpointPort>, AddrSet),
+    > = BTreeMap::new();
     for subset in subsets {
         let ports: Vec<Option<&EndpointPort>> = match subset.ports.as_deref() {
             None | Some([]) => vec![None],
@@ -132,7 +134,11 @@ pub fn repack(subsets: &[EndpointSubset]) -> Vec<EndpointSubset> {
                 .entry(port.map(port_key))
                 .or_insert_with(|| (port.cloned(), AddrSet::new()));
             let ready = subset.addresses.iter().flatten().map(|a| (a, true));
-            let not_ready = subset.not_ready_addresses.iter().flatten().map(|a| (a, false));
+            let not_ready = subset
+                .not_ready_addresses
+                .iter()
+                .flatten()
+                .map(|a| (a, false));
             for (addr, is_ready) in ready.chain(not_ready) {
                 let key = address_key(addr);
                 all.entry(key.clone()).or_insert_with(|| addr.clone());
@@ -177,7 +183,10 @@ pub fn repack(subsets: &[EndpointSubset]) -> Vec<EndpointSubset> {
             .flatten()
             .map(address_key)
             .next();
-        (first, s.ports.iter().flatten().map(port_key).collect::<Vec<_>>())
+        (
+            first,
+            s.ports.iter().flatten().map(port_key).collect::<Vec<_>>(),
+        )
     });
     out
 }
@@ -252,10 +261,7 @@ pub fn desired_endpoints(
         let current_subsets = current.subsets.clone().unwrap_or_default();
         if semantic_eq(&current_subsets, &subsets)
             && compare_labels == svc_labels
-            && capacity_annotation_correct(
-                current.metadata.annotations.as_ref(),
-                &current_subsets,
-            )
+            && capacity_annotation_correct(current.metadata.annotations.as_ref(), &current_subsets)
         {
             return None;
         }
@@ -287,7 +293,8 @@ pub fn desired_endpoints(
     }
     new.metadata.annotations = (!annotations.is_empty()).then_some(annotations);
     new.metadata.labels = (!labels.is_empty()).then_some(labels);
-    new.subsets = Some(subsets);
+    // Empty subsets are left out, as upstream's `omitempty` does.
+    new.subsets = (!subsets.is_empty()).then_some(subsets);
     Some(new)
 }
 
@@ -299,7 +306,10 @@ pub fn ips(subsets: &[EndpointSubset]) -> (BTreeSet<String>, BTreeSet<String>) {
             .flat_map(|s| f(s).iter().flatten().map(|a| a.ip.clone()))
             .collect()
     };
-    (collect(|s| &s.addresses), collect(|s| &s.not_ready_addresses))
+    (
+        collect(|s| &s.addresses),
+        collect(|s| &s.not_ready_addresses),
+    )
 }
 
 #[cfg(test)]
@@ -343,12 +353,25 @@ mod tests {
         let ep = desired_endpoints(&s, &[&a, &b, &c], None, None).unwrap();
         let subsets = ep.subsets.clone().unwrap();
         assert_eq!(subsets.len(), 1);
-        let ready: Vec<&str> = subsets[0].addresses.iter().flatten().map(|a| a.ip.as_str()).collect();
+        let ready: Vec<&str> = subsets[0]
+            .addresses
+            .iter()
+            .flatten()
+            .map(|a| a.ip.as_str())
+            .collect();
         assert_eq!(ready, ["10.0.0.1", "10.0.0.2"]);
-        assert_eq!(subsets[0].not_ready_addresses.as_ref().unwrap()[0].ip, "10.0.0.3");
+        assert_eq!(
+            subsets[0].not_ready_addresses.as_ref().unwrap()[0].ip,
+            "10.0.0.3"
+        );
         assert_eq!(subsets[0].ports.as_ref().unwrap()[0].port, 8080);
-        // Not a subdomain match: the pods' subdomain is "web" and so is the Service: hostname set.
-        assert_eq!(subsets[0].addresses.as_ref().unwrap()[0].hostname.as_deref(), Some("b"));
+        // The pods' subdomain names the Service: their hostnames are published.
+        assert_eq!(
+            subsets[0].addresses.as_ref().unwrap()[0]
+                .hostname
+                .as_deref(),
+            Some("b")
+        );
         assert_eq!(ep.metadata.labels.unwrap()["tier"], "fe");
         // Writing the same again is a no-op.
         let written = desired_endpoints(&s, &[&a, &b, &c], None, None).unwrap();
@@ -358,7 +381,10 @@ mod tests {
     #[test]
     fn different_target_ports_make_different_subsets() {
         let s = web(json!({}));
-        let (a, b) = (pod("a", "10.0.0.1", true, 8080), pod("b", "10.0.0.2", true, 9090));
+        let (a, b) = (
+            pod("a", "10.0.0.1", true, 8080),
+            pod("b", "10.0.0.2", true, 9090),
+        );
         let subsets = repack(&pod_subsets(&s, &[&a, &b]));
         assert_eq!(subsets.len(), 2);
         assert_eq!(subsets[0].ports.as_ref().unwrap()[0].port, 8080);
@@ -383,7 +409,14 @@ mod tests {
     fn over_capacity_truncates_and_annotates() {
         let s = web(json!({}));
         let pods: Vec<Pod> = (0..1100)
-            .map(|i| pod(&format!("p{i}"), &format!("10.1.{}.{}", i / 250, i % 250 + 1), i % 2 == 0, 8080))
+            .map(|i| {
+                pod(
+                    &format!("p{i}"),
+                    &format!("10.1.{}.{}", i / 250, i % 250 + 1),
+                    i % 2 == 0,
+                    8080,
+                )
+            })
             .collect();
         let refs: Vec<&Pod> = pods.iter().collect();
         let ep = desired_endpoints(&s, &refs, None, None).unwrap();

@@ -137,7 +137,9 @@ pub async fn run(c: &crate::ControllerContext) {
     let (q1, q2, q3) = (queue.clone(), queue.clone(), queue.clone());
     pod_informer.add_event_handler(
         EventHandlerFuncs::new()
-            .on_add(move |p: &Arc<Pod>, _| services_for_pod(&s1, p).into_iter().for_each(|k| q1.add(k)))
+            .on_add(move |p: &Arc<Pod>, _| {
+                services_for_pod(&s1, p).into_iter().for_each(|k| q1.add(k))
+            })
             .on_update(move |old: &Arc<Pod>, new: &Arc<Pod>| {
                 let mut keys = services_for_pod(&s2, old);
                 keys.extend(services_for_pod(&s2, new));
@@ -154,10 +156,14 @@ pub async fn run(c: &crate::ControllerContext) {
     slice_informer.add_event_handler(
         EventHandlerFuncs::new()
             .on_add(move |s: &Arc<EndpointSlice>, _| {
-                slice_service_key(s, CONTROLLER_NAME).into_iter().for_each(|k| q4.add(k))
+                slice_service_key(s, CONTROLLER_NAME)
+                    .into_iter()
+                    .for_each(|k| q4.add(k))
             })
             .on_update(move |_, s: &Arc<EndpointSlice>| {
-                slice_service_key(s, CONTROLLER_NAME).into_iter().for_each(|k| q5.add(k))
+                slice_service_key(s, CONTROLLER_NAME)
+                    .into_iter()
+                    .for_each(|k| q5.add(k))
             })
             .on_delete(move |d| {
                 if let Some(k) = slice_service_key(d.object(), CONTROLLER_NAME) {
@@ -215,7 +221,9 @@ async fn sync_service(ctx: &Ctx, key: &str) -> Result<(), String> {
         .map(|s| (*s).clone())
         .collect();
     if ctx.tracker.stale(key, &existing) {
-        return Err(format!("{key}: EndpointSlice informer cache is out of date"));
+        return Err(format!(
+            "{key}: EndpointSlice informer cache is out of date"
+        ));
     }
     let trigger = ctx.trigger_times.compute(key, &svc, &pods);
     let nodes = ctx.nodes.clone();
@@ -251,7 +259,10 @@ async fn sync_service(ctx: &Ctx, key: &str) -> Result<(), String> {
     // No new slices for a Service being deleted: the garbage collector would race them.
     if svc.metadata.deletion_timestamp.is_none() {
         for slice in plan.create {
-            match api.create(&PostParams::default(), &with_trigger(slice)).await {
+            match api
+                .create(&PostParams::default(), &with_trigger(slice))
+                .await
+            {
                 Ok(created) => ctx.tracker.wrote(key, &created),
                 Err(kube::Error::Api(e)) if crate::endpoint::is_ns_terminating(&e) => return Ok(()),
                 Err(e) => errors.push(format!("create EndpointSlice for {key}: {e}")),

@@ -15,9 +15,9 @@ use k8s_openapi::api::discovery::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
 use super::util::{
-    endpoint_slice_prefix, find_port, is_ipv6, is_pod_ready, is_service_ip_set, pod_ips,
-    semantic, semantic_eq, should_pod_be_in_endpoints, should_set_hostname, LABEL_HEADLESS,
-    LABEL_MANAGED_BY, LABEL_SERVICE_NAME,
+    endpoint_slice_prefix, find_port, is_ipv6, is_pod_ready, is_service_ip_set, pod_ips, semantic,
+    semantic_eq, should_pod_be_in_endpoints, should_set_hostname, LABEL_HEADLESS, LABEL_MANAGED_BY,
+    LABEL_SERVICE_NAME,
 };
 
 /// The writes one reconciliation needs.
@@ -267,7 +267,15 @@ pub fn reconcile(
     }
     for t in &types {
         let existing = by_type.remove(t.as_str()).unwrap_or_default();
-        let p = reconcile_address_type(svc, pods, node_zone, &existing, t, max_per_slice, controller);
+        let p = reconcile_address_type(
+            svc,
+            pods,
+            node_zone,
+            &existing,
+            t,
+            max_per_slice,
+            controller,
+        );
         plan.create.extend(p.create);
         plan.update.extend(p.update);
         plan.delete.extend(p.delete);
@@ -324,7 +332,15 @@ fn reconcile_address_type(
     let mut unchanged: Vec<EndpointSlice> = Vec::new();
     for (key, (ports, set)) in desired.iter_mut() {
         let slices = existing_by_ports.get(key).cloned().unwrap_or_default();
-        let r = reconcile_port_mapping(svc, &slices, set, ports, address_type, max_per_slice, controller);
+        let r = reconcile_port_mapping(
+            svc,
+            &slices,
+            set,
+            ports,
+            address_type,
+            max_per_slice,
+            controller,
+        );
         plan.create.extend(r.create);
         plan.update.extend(r.update);
         plan.delete.extend(r.delete);
@@ -509,7 +525,10 @@ fn reconcile_hints(svc: &Service, plan: &mut Plan, unchanged: Vec<EndpointSlice>
 
 /// Whether `v` (a slice in JSON form) is managed by `controller`.
 pub fn managed_by(labels: Option<&BTreeMap<String, String>>, controller: &str) -> bool {
-    labels.and_then(|l| l.get(LABEL_MANAGED_BY)).map(String::as_str) == Some(controller)
+    labels
+        .and_then(|l| l.get(LABEL_MANAGED_BY))
+        .map(String::as_str)
+        == Some(controller)
 }
 
 #[cfg(test)]

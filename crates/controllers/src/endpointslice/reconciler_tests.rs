@@ -61,7 +61,10 @@ fn three_ready_pods_make_one_slice() {
     let s = svc(json!({}));
     let pods: Vec<Pod> = (0..3).map(|i| pod(i, true)).collect();
     let plan = run(&s, &pods, &[]);
-    assert_eq!((plan.create.len(), plan.update.len(), plan.delete.len()), (1, 0, 0));
+    assert_eq!(
+        (plan.create.len(), plan.update.len(), plan.delete.len()),
+        (1, 0, 0)
+    );
     let slice = &plan.create[0];
     assert_eq!(slice.address_type, "IPv4");
     assert_eq!(slice.metadata.generate_name.as_deref(), Some("web-"));
@@ -76,7 +79,10 @@ fn three_ready_pods_make_one_slice() {
     assert_eq!(ep.conditions.as_ref().unwrap().ready, Some(true));
     assert_eq!(slice.ports.as_ref().unwrap()[0].port, Some(8080));
     let owner = &slice.metadata.owner_references.as_ref().unwrap()[0];
-    assert_eq!((owner.kind.as_str(), owner.uid.as_str()), ("Service", "svc-uid"));
+    assert_eq!(
+        (owner.kind.as_str(), owner.uid.as_str()),
+        ("Service", "svc-uid")
+    );
 }
 
 #[test]
@@ -96,7 +102,10 @@ fn steady_state_writes_nothing_and_changes_are_updates() {
         .find(|e| e.target_ref.as_ref().unwrap().name.as_deref() == Some("p1"))
         .unwrap();
     let c = ep.conditions.as_ref().unwrap();
-    assert_eq!((c.ready, c.serving, c.terminating), (Some(false), Some(false), Some(false)));
+    assert_eq!(
+        (c.ready, c.serving, c.terminating),
+        (Some(false), Some(false), Some(false))
+    );
 }
 
 #[test]
@@ -107,7 +116,10 @@ fn no_pods_keeps_one_placeholder() {
     let slices = apply(&[], run(&s, &pods, &[]), &mut n);
     // Scaling to zero: the slice is reused as the empty placeholder, not deleted and re-created.
     let plan = run(&s, &[], &slices);
-    assert_eq!((plan.create.len(), plan.update.len(), plan.delete.len()), (0, 1, 0));
+    assert_eq!(
+        (plan.create.len(), plan.update.len(), plan.delete.len()),
+        (0, 1, 0)
+    );
     assert!(plan.update[0].endpoints.is_empty());
     assert_eq!(plan.update[0].metadata.name.as_deref(), Some("web-1"));
     let slices = apply(&slices, plan, &mut n);
@@ -138,9 +150,14 @@ fn port_change_replaces_slices_reusing_names() {
     let pods: Vec<Pod> = (0..3).map(|i| pod(i, true)).collect();
     let mut n = 0;
     let slices = apply(&[], run(&s, &pods, &[]), &mut n);
-    let s2 = svc(json!({"ports": [{"name": "http", "port": 80, "targetPort": 9090, "protocol": "TCP"}]}));
+    let s2 = svc(
+        json!({"ports": [{"name": "http", "port": 80, "targetPort": 9090, "protocol": "TCP"}]}),
+    );
     let plan = run(&s2, &pods, &slices);
-    assert_eq!((plan.create.len(), plan.update.len(), plan.delete.len()), (0, 1, 0));
+    assert_eq!(
+        (plan.create.len(), plan.update.len(), plan.delete.len()),
+        (0, 1, 0)
+    );
     assert_eq!(plan.update[0].ports.as_ref().unwrap()[0].port, Some(9090));
     assert_eq!(plan.update[0].metadata.name.as_deref(), Some("web-1"));
 }
@@ -154,7 +171,10 @@ fn terminating_pods_are_serving_but_not_ready() {
     ));
     let plan = run(&s, &[p], &[]);
     let c = plan.create[0].endpoints[0].conditions.clone().unwrap();
-    assert_eq!((c.ready, c.serving, c.terminating), (Some(false), Some(true), Some(true)));
+    assert_eq!(
+        (c.ready, c.serving, c.terminating),
+        (Some(false), Some(true), Some(true))
+    );
 }
 
 #[test]
@@ -169,12 +189,20 @@ fn unknown_node_skips_the_pod() {
 
 #[test]
 fn headless_dual_stack_and_hints() {
-    let s = svc(json!({"clusterIP": "None", "ipFamilies": null, "trafficDistribution": "PreferClose"}));
+    let s =
+        svc(json!({"clusterIP": "None", "ipFamilies": null, "trafficDistribution": "PreferClose"}));
     let plan = run(&s, &[pod(0, true)], &[]);
     // No families on a headless Service: both address types; the IPv6 one is a placeholder.
-    let types: Vec<&str> = plan.create.iter().map(|s| s.address_type.as_str()).collect();
+    let types: Vec<&str> = plan
+        .create
+        .iter()
+        .map(|s| s.address_type.as_str())
+        .collect();
     assert_eq!(types, ["IPv4", "IPv6"]);
-    assert_eq!(plan.create[0].metadata.labels.as_ref().unwrap()[LABEL_HEADLESS], "");
+    assert_eq!(
+        plan.create[0].metadata.labels.as_ref().unwrap()[LABEL_HEADLESS],
+        ""
+    );
     let hints = plan.create[0].endpoints[0].hints.as_ref().unwrap();
     assert_eq!(hints.for_zones.as_ref().unwrap()[0].name, "zone-a");
     assert!(plan.create[1].endpoints.is_empty());

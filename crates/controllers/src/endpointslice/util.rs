@@ -182,7 +182,10 @@ pub fn semantic(v: &impl Serialize) -> Value {
             Value::Null => None,
             Value::String(s) if s.is_empty() => None,
             Value::Array(a) => {
-                let a: Vec<Value> = a.into_iter().map(|v| clean(v).unwrap_or(Value::Null)).collect();
+                let a: Vec<Value> = a
+                    .into_iter()
+                    .map(|v| clean(v).unwrap_or(Value::Null))
+                    .collect();
                 (!a.is_empty()).then_some(Value::Array(a))
             }
             Value::Object(o) => {
@@ -277,39 +280,57 @@ mod tests {
 
     #[test]
     fn named_ports_resolve_per_pod_and_protocol() {
-        let p = pod(json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c",
-            "ports": [{"name": "http", "containerPort": 8080}, {"name": "dns", "containerPort": 53, "protocol": "UDP"}]}]}}));
+        let p = pod(
+            json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c",
+            "ports": [{"name": "http", "containerPort": 8080}, {"name": "dns", "containerPort": 53, "protocol": "UDP"}]}]}}),
+        );
         let port = |target: IntOrString, proto: &str| ServicePort {
             port: 80,
             target_port: Some(target),
             protocol: Some(proto.into()),
             ..Default::default()
         };
-        assert_eq!(find_port(&p, &port(IntOrString::String("http".into()), "TCP")), Some(8080));
-        assert_eq!(find_port(&p, &port(IntOrString::String("dns".into()), "TCP")), None);
-        assert_eq!(find_port(&p, &port(IntOrString::String("dns".into()), "UDP")), Some(53));
+        assert_eq!(
+            find_port(&p, &port(IntOrString::String("http".into()), "TCP")),
+            Some(8080)
+        );
+        assert_eq!(
+            find_port(&p, &port(IntOrString::String("dns".into()), "TCP")),
+            None
+        );
+        assert_eq!(
+            find_port(&p, &port(IntOrString::String("dns".into()), "UDP")),
+            Some(53)
+        );
         assert_eq!(find_port(&p, &port(IntOrString::Int(9), "TCP")), Some(9));
     }
 
     #[test]
     fn which_pods_get_endpoints() {
-        let running = pod(json!({"metadata": {"name": "p"}, "status": {"phase": "Running", "podIP": "10.0.0.1"}}));
+        let running = pod(
+            json!({"metadata": {"name": "p"}, "status": {"phase": "Running", "podIP": "10.0.0.1"}}),
+        );
         assert!(should_pod_be_in_endpoints(&running, false));
         let no_ip = pod(json!({"metadata": {"name": "p"}, "status": {"phase": "Pending"}}));
         assert!(!should_pod_be_in_endpoints(&no_ip, true));
-        let done = pod(json!({"metadata": {"name": "p"}, "status": {"phase": "Succeeded", "podIP": "10.0.0.1"}}));
+        let done = pod(
+            json!({"metadata": {"name": "p"}, "status": {"phase": "Succeeded", "podIP": "10.0.0.1"}}),
+        );
         assert!(!should_pod_be_in_endpoints(&done, true));
-        let deleting = pod(json!({"metadata": {"name": "p", "deletionTimestamp": "2024-01-01T00:00:00Z"},
-            "status": {"phase": "Running", "podIP": "10.0.0.1"}}));
+        let deleting = pod(
+            json!({"metadata": {"name": "p", "deletionTimestamp": "2024-01-01T00:00:00Z"},
+            "status": {"phase": "Running", "podIP": "10.0.0.1"}}),
+        );
         assert!(!should_pod_be_in_endpoints(&deleting, false));
         assert!(should_pod_be_in_endpoints(&deleting, true));
     }
 
     #[test]
     fn trigger_time_is_creation_first_then_earliest_change() {
-        let svc: Service = serde_json::from_value(json!({"metadata": {"name": "s", "namespace": "d",
+        let svc: Service =
+            serde_json::from_value(json!({"metadata": {"name": "s", "namespace": "d",
             "creationTimestamp": "2024-01-01T00:00:00Z"}}))
-        .unwrap();
+            .unwrap();
         let ready = |t: &str| {
             pod(json!({"metadata": {"name": "p"}, "status": {"conditions": [
                 {"type": "Ready", "status": "True", "lastTransitionTime": t}]}}))
@@ -317,13 +338,19 @@ mod tests {
         let tracker = TriggerTimeTracker::default();
         let p1 = ready("2024-01-01T00:01:00Z");
         assert_eq!(
-            tracker.compute("d/s", &svc, &[&p1]).map(rfc3339_nano).as_deref(),
+            tracker
+                .compute("d/s", &svc, &[&p1])
+                .map(rfc3339_nano)
+                .as_deref(),
             Some("2024-01-01T00:00:00Z")
         );
         assert_eq!(tracker.compute("d/s", &svc, &[&p1]), None);
         let p2 = ready("2024-01-01T00:02:00Z");
         assert_eq!(
-            tracker.compute("d/s", &svc, &[&p2]).map(rfc3339_nano).as_deref(),
+            tracker
+                .compute("d/s", &svc, &[&p2])
+                .map(rfc3339_nano)
+                .as_deref(),
             Some("2024-01-01T00:02:00Z")
         );
     }

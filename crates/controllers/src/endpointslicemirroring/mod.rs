@@ -64,10 +64,14 @@ pub async fn run(c: &crate::ControllerContext) {
     slice_informer.add_event_handler(
         EventHandlerFuncs::new()
             .on_add(move |s: &Arc<EndpointSlice>, _| {
-                slice_service_key(s, CONTROLLER_NAME).into_iter().for_each(|k| q1.add(k))
+                slice_service_key(s, CONTROLLER_NAME)
+                    .into_iter()
+                    .for_each(|k| q1.add(k))
             })
             .on_update(move |_, s: &Arc<EndpointSlice>| {
-                slice_service_key(s, CONTROLLER_NAME).into_iter().for_each(|k| q2.add(k))
+                slice_service_key(s, CONTROLLER_NAME)
+                    .into_iter()
+                    .for_each(|k| q2.add(k))
             })
             .on_delete(move |d| {
                 if let Some(k) = slice_service_key(d.object(), CONTROLLER_NAME) {
@@ -109,14 +113,20 @@ async fn sync_endpoints(ctx: &Ctx, key: &str) -> Result<(), String> {
     let ep = ctx.endpoints.get(key);
     let mirror = match (&svc, &ep) {
         (Some(svc), Some(ep)) => {
-            svc.spec.as_ref().and_then(|s| s.selector.as_ref()).is_none() && should_mirror(ep)
+            svc.spec
+                .as_ref()
+                .and_then(|s| s.selector.as_ref())
+                .is_none()
+                && should_mirror(ep)
         }
         _ => false,
     };
     let plan = match ep {
         Some(ep) if mirror => {
             if ctx.tracker.stale(key, &existing) {
-                return Err(format!("{key}: EndpointSlice informer cache is out of date"));
+                return Err(format!(
+                    "{key}: EndpointSlice informer cache is out of date"
+                ));
             }
             let (plan, skipped) = reconciler::reconcile(&ep, &existing, ctx.max_per_subset);
             if skipped > 0 {

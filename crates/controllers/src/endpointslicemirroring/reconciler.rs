@@ -11,7 +11,9 @@ use k8s_openapi::api::discovery::v1::{Endpoint, EndpointConditions, EndpointPort
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
 use crate::endpoint::subsets::repack;
-use crate::endpointslice::reconciler::{endpoint_key, endpoints_equal_beyond_hash, ports_key, Plan};
+use crate::endpointslice::reconciler::{
+    endpoint_key, endpoints_equal_beyond_hash, ports_key, Plan,
+};
 use crate::endpointslice::util::{
     endpoint_slice_prefix, LABEL_MANAGED_BY, LABEL_SERVICE_NAME, LAST_CHANGE_TRIGGER_TIME,
 };
@@ -80,7 +82,11 @@ fn address_to_endpoint(a: &EndpointAddress, ready: bool) -> Endpoint {
 
 /// What mirroring `ep` needs, given the slices it already has. `skipped` counts addresses left out
 /// (not an IP, or beyond `max_per_subset`).
-pub fn reconcile(ep: &Endpoints, existing: &[EndpointSlice], max_per_subset: usize) -> (Plan, usize) {
+pub fn reconcile(
+    ep: &Endpoints,
+    existing: &[EndpointSlice],
+    max_per_subset: usize,
+) -> (Plan, usize) {
     // (port set key, address type) -> (ports, endpoints by identity)
     type Desired = BTreeMap<(String, String), (Vec<EndpointPort>, BTreeMap<String, Endpoint>)>;
     let mut desired: Desired = BTreeMap::new();
@@ -100,7 +106,11 @@ pub fn reconcile(ep: &Endpoints, existing: &[EndpointSlice], max_per_subset: usi
         let key = ports_key(&ports);
         let mut added = 0;
         let ready = subset.addresses.iter().flatten().map(|a| (a, true));
-        let not_ready = subset.not_ready_addresses.iter().flatten().map(|a| (a, false));
+        let not_ready = subset
+            .not_ready_addresses
+            .iter()
+            .flatten()
+            .map(|a| (a, false));
         for (address, is_ready) in ready.chain(not_ready) {
             if added >= max_per_subset {
                 skipped += 1;
@@ -201,15 +211,21 @@ mod tests {
 
     #[test]
     fn custom_endpoints_are_mirrored() {
-        let ep = endpoints(json!({"metadata": {"name": "ext", "namespace": "d", "uid": "ep-uid",
+        let ep = endpoints(
+            json!({"metadata": {"name": "ext", "namespace": "d", "uid": "ep-uid",
             "labels": {"team": "x"}, "annotations": {"note": "n", LAST_APPLIED: "{}"}},
             "subsets": [{"addresses": [{"ip": "192.0.2.1"}, {"ip": "192.0.2.2"}, {"ip": "not-an-ip"}],
                 "notReadyAddresses": [{"ip": "2001:db8::1"}],
-                "ports": [{"name": "http", "port": 80, "protocol": "TCP"}]}]}));
+                "ports": [{"name": "http", "port": 80, "protocol": "TCP"}]}]}),
+        );
         let (plan, skipped) = reconcile(&ep, &[], 1000);
         assert_eq!(skipped, 1);
         assert_eq!(plan.create.len(), 2);
-        let v4 = plan.create.iter().find(|s| s.address_type == "IPv4").unwrap();
+        let v4 = plan
+            .create
+            .iter()
+            .find(|s| s.address_type == "IPv4")
+            .unwrap();
         assert_eq!(v4.endpoints.len(), 2);
         let labels = v4.metadata.labels.as_ref().unwrap();
         assert_eq!(labels[LABEL_MANAGED_BY], CONTROLLER_NAME);
@@ -217,9 +233,19 @@ mod tests {
         assert_eq!(labels["team"], "x");
         let annotations = v4.metadata.annotations.as_ref().unwrap();
         assert!(annotations.contains_key("note") && !annotations.contains_key(LAST_APPLIED));
-        assert_eq!(v4.metadata.owner_references.as_ref().unwrap()[0].kind, "Endpoints");
-        let v6 = plan.create.iter().find(|s| s.address_type == "IPv6").unwrap();
-        assert_eq!(v6.endpoints[0].conditions.as_ref().unwrap().ready, Some(false));
+        assert_eq!(
+            v4.metadata.owner_references.as_ref().unwrap()[0].kind,
+            "Endpoints"
+        );
+        let v6 = plan
+            .create
+            .iter()
+            .find(|s| s.address_type == "IPv6")
+            .unwrap();
+        assert_eq!(
+            v6.endpoints[0].conditions.as_ref().unwrap().ready,
+            Some(false)
+        );
         // Mirrored again: nothing to do.
         let mut existing = plan.create.clone();
         for (i, s) in existing.iter_mut().enumerate() {
@@ -231,8 +257,9 @@ mod tests {
 
     #[test]
     fn subset_capacity_limits_mirrored_addresses() {
-        let addresses: Vec<serde_json::Value> =
-            (1..=5).map(|i| json!({"ip": format!("192.0.2.{i}")})).collect();
+        let addresses: Vec<serde_json::Value> = (1..=5)
+            .map(|i| json!({"ip": format!("192.0.2.{i}")}))
+            .collect();
         let ep = endpoints(json!({"metadata": {"name": "ext", "namespace": "d"},
             "subsets": [{"addresses": addresses, "ports": [{"port": 80}]}]}));
         let (plan, skipped) = reconcile(&ep, &[], 3);

@@ -152,8 +152,10 @@ mod tests {
     use serde_json::json;
 
     fn pod(name: &str, phase: &str, created: &str, node: &str) -> Pod {
-        serde_json::from_value(json!({"metadata": {"name": name, "creationTimestamp": created},
-            "spec": {"nodeName": node, "containers": []}, "status": {"phase": phase}}))
+        serde_json::from_value(
+            json!({"metadata": {"name": name, "creationTimestamp": created},
+            "spec": {"nodeName": node, "containers": []}, "status": {"phase": phase}}),
+        )
         .unwrap()
     }
 
@@ -187,7 +189,9 @@ mod tests {
         let q40 = Duration::from_secs(40);
         let existing = HashSet::new();
         assert!(q.due(&refs, &existing, t0, q40).is_empty());
-        assert!(q.due(&refs, &existing, t0 + Duration::from_secs(20), q40).is_empty());
+        assert!(q
+            .due(&refs, &existing, t0 + Duration::from_secs(20), q40)
+            .is_empty());
         assert_eq!(q.due(&refs, &existing, t0 + q40, q40), ["gone"]);
         // A node that came back is not reported.
         let back = HashSet::from(["gone".to_string()]);

@@ -45,7 +45,10 @@ pub async fn run(c: &crate::ControllerContext) {
         let pods: Vec<&Pod> = pods.iter().map(|p| p.as_ref()).collect();
         let terminated = gc::terminated_over_threshold(&pods, opts.terminated_pod_gc_threshold);
         if !terminated.is_empty() {
-            tracing::info!(count = terminated.len(), "garbage collecting terminated pods");
+            tracing::info!(
+                count = terminated.len(),
+                "garbage collecting terminated pods"
+            );
         }
         delete_all(&ctx, &terminated, None).await;
         let out_of_service = gc::terminating_on_out_of_service(&pods, |n| ctx.nodes.get(n));
@@ -99,7 +102,9 @@ async fn mark_failed_and_delete(
         let mut status = json!({"phase": "Failed"});
         if let Some(c) = condition {
             let mut c = c.clone();
-            let now = jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+            let now = jiff::Timestamp::now()
+                .strftime("%Y-%m-%dT%H:%M:%SZ")
+                .to_string();
             c["lastTransitionTime"] = json!(now);
             status["conditions"] = json!([c]);
         }

@@ -93,7 +93,9 @@ pub async fn run(c: &crate::ControllerContext) {
     );
     ns_informer.add_event_handler(
         EventHandlerFuncs::new()
-            .on_add(move |ns: &Arc<Namespace>, _| q3.add(ns.metadata.name.clone().unwrap_or_default()))
+            .on_add(move |ns: &Arc<Namespace>, _| {
+                q3.add(ns.metadata.name.clone().unwrap_or_default())
+            })
             .on_update(move |_, ns: &Arc<Namespace>| {
                 if ns.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Active") {
                     q4.add(ns.metadata.name.clone().unwrap_or_default());
@@ -153,13 +155,20 @@ mod tests {
         );
         assert_eq!(decide("ns1", Some(&cm), "PEM"), Action::None);
         let mut changed = cm.clone();
-        changed.data.as_mut().unwrap().insert("extra".into(), "x".into());
+        changed
+            .data
+            .as_mut()
+            .unwrap()
+            .insert("extra".into(), "x".into());
         let Action::Update(fixed) = decide("ns1", Some(&changed), "PEM") else {
             panic!("expected an update")
         };
         assert_eq!(fixed.data, cm.data);
         let mut undescribed = cm.clone();
         undescribed.metadata.annotations = None;
-        assert!(matches!(decide("ns1", Some(&undescribed), "PEM"), Action::Update(_)));
+        assert!(matches!(
+            decide("ns1", Some(&undescribed), "PEM"),
+            Action::Update(_)
+        ));
     }
 }

@@ -20,7 +20,11 @@ pub fn missing(ns: &Namespace, has: impl Fn(&str) -> bool) -> Vec<&'static str> 
     if !active {
         return Vec::new();
     }
-    SERVICE_ACCOUNTS.iter().copied().filter(|n| !has(n)).collect()
+    SERVICE_ACCOUNTS
+        .iter()
+        .copied()
+        .filter(|n| !has(n))
+        .collect()
 }
 
 struct Ctx {
@@ -39,12 +43,18 @@ pub async fn run(client: kube::Client, factory: &SharedInformerFactory) {
     let (q1, q2, q3) = (queue.clone(), queue.clone(), queue.clone());
     ns_informer.add_event_handler(
         EventHandlerFuncs::new()
-            .on_add(move |ns: &Arc<Namespace>, _| q1.add(ns.metadata.name.clone().unwrap_or_default()))
-            .on_update(move |_, ns: &Arc<Namespace>| q2.add(ns.metadata.name.clone().unwrap_or_default())),
+            .on_add(move |ns: &Arc<Namespace>, _| {
+                q1.add(ns.metadata.name.clone().unwrap_or_default())
+            })
+            .on_update(move |_, ns: &Arc<Namespace>| {
+                q2.add(ns.metadata.name.clone().unwrap_or_default())
+            }),
     );
-    sa_informer.add_event_handler(EventHandlerFuncs::new().on_delete(move |d: &client::informer::DeletedObject<ServiceAccount>| {
-        q3.add(d.object().metadata.namespace.clone().unwrap_or_default())
-    }));
+    sa_informer.add_event_handler(EventHandlerFuncs::new().on_delete(
+        move |d: &client::informer::DeletedObject<ServiceAccount>| {
+            q3.add(d.object().metadata.namespace.clone().unwrap_or_default())
+        },
+    ));
     let ctx = Arc::new(Ctx {
         client,
         namespaces: ns_informer.store(),
@@ -80,8 +90,8 @@ async fn sync_namespace(ctx: &Ctx, name: &str) -> Result<(), String> {
         };
         match api.create(&PostParams::default(), &obj).await {
             Ok(_) => {}
-            Err(kube::Error::Api(e))
-                if e.code == 409 || crate::endpoint::is_ns_terminating(&e) => {}
+            Err(kube::Error::Api(e)) if e.code == 409 || crate::endpoint::is_ns_terminating(&e) => {
+            }
             Err(e) => errors.push(format!("create ServiceAccount {name}/{sa}: {e}")),
         }
     }
@@ -97,8 +107,10 @@ mod tests {
     use super::*;
 
     fn ns(phase: &str) -> Namespace {
-        serde_json::from_value(serde_json::json!({"metadata": {"name": "x"}, "status": {"phase": phase}}))
-            .unwrap()
+        serde_json::from_value(
+            serde_json::json!({"metadata": {"name": "x"}, "status": {"phase": phase}}),
+        )
+        .unwrap()
     }
 
     #[test]

@@ -95,7 +95,7 @@ pub fn pod_subsets(svc: &Service, pods: &[&Pod]) -> Vec<EndpointSubset> {
     subsets
 }
 
-fn address_key(a: &EndpointAddress) -> (String, String) {
+fn address_key(a: &EndpointAddress) -> AddressKey {
     let uid = a
         .target_ref
         .as_ref()
@@ -104,7 +104,12 @@ fn address_key(a: &EndpointAddress) -> (String, String) {
     (a.ip.clone(), uid)
 }
 
-fn port_key(p: &EndpointPort) -> (String, i32, String, String) {
+/// A port's identity: name, number, protocol, appProtocol.
+type PortKey = (String, i32, String, String);
+/// An address's identity (IP, pod UID).
+type AddressKey = (String, String);
+
+fn port_key(p: &EndpointPort) -> PortKey {
     (
         p.name.clone().unwrap_or_default(),
         p.port,
@@ -117,13 +122,10 @@ fn port_key(p: &EndpointPort) -> (String, i32, String, String) {
 /// every port those addresses all offer; addresses are sorted by IP then pod UID. Upstream orders
 /// ports and subsets by a hash of their Go form; here they are ordered by their fields.
 pub fn repack(subsets: &[EndpointSubset]) -> Vec<EndpointSubset> {
-    type AddrSet = BTreeMap<(String, String), bool>;
-    let mut all: BTreeMap<(String, String), EndpointAddress> = BTreeMap::new();
+    type AddrSet = BTreeMap<AddressKey, bool>;
+    let mut all: BTreeMap<AddressKey, EndpointAddress> = BTreeMap::new();
     // Port (None for "no ports") -> the addresses offering it.
-    let mut by_port: BTreeMap<
-        Option<(String, i32, String, String)>,
-        (Option<EndpointPort>, AddrSet),
-    > = BTreeMap::new();
+    let mut by_port: BTreeMap<Option<PortKey>, (Option<EndpointPort>, AddrSet)> = BTreeMap::new();
     for subset in subsets {
         let ports: Vec<Option<&EndpointPort>> = match subset.ports.as_deref() {
             None | Some([]) => vec![None],
@@ -148,9 +150,9 @@ pub fn repack(subsets: &[EndpointSubset]) -> Vec<EndpointSubset> {
             }
         }
     }
-    let mut groups: BTreeMap<Vec<((String, String), bool)>, Vec<EndpointPort>> = BTreeMap::new();
+    let mut groups: BTreeMap<Vec<(AddressKey, bool)>, Vec<EndpointPort>> = BTreeMap::new();
     for (port, addrs) in by_port.into_values() {
-        let key: Vec<((String, String), bool)> = addrs.into_iter().collect();
+        let key: Vec<(AddressKey, bool)> = addrs.into_iter().collect();
         let ports = groups.entry(key).or_default();
         if let Some(p) = port {
             ports.push(p);

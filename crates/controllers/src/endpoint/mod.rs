@@ -5,7 +5,8 @@
 
 pub mod subsets;
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use client::controller::{Controller, EnqueueHandler};
 use client::informer::{object_key, split_key, EventHandlerFuncs, SharedInformerFactory, Store};
@@ -22,6 +23,9 @@ struct Ctx {
     pods: Arc<Store<Pod>>,
     endpoints: Arc<Store<Endpoints>>,
     trigger_times: TriggerTimeTracker,
+    /// Per Service, the resourceVersion its Endpoints had before our last update: seeing it again in
+    /// the cache means the cache is behind (upstream `staleEndpointsTracker`).
+    replaced_versions: Mutex<HashMap<String, String>>,
 }
 
 pub async fn run(client: kube::Client, factory: &SharedInformerFactory, workers: usize) {
@@ -61,6 +65,7 @@ pub async fn run(client: kube::Client, factory: &SharedInformerFactory, workers:
         pods: pod_informer.store(),
         endpoints: ep_informer.store(),
         trigger_times: TriggerTimeTracker::default(),
+        replaced_versions: Mutex::new(HashMap::new()),
     });
     factory.start();
     factory.wait_for_cache_sync().await;
@@ -84,6 +89,14 @@ pub async fn run(client: kube::Client, factory: &SharedInformerFactory, workers:
         .await;
 }
 
+impl Ctx {
+    fn versions(&self) -> std::sync::MutexGuard<'_, HashMap<String, String>> {
+        self.replaced_versions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+    }
+}
+
 async fn sync_service(ctx: &Ctx, key: &str) -> Result<(), String> {
     let (ns, name) = split_key(key);
     let ns = ns.unwrap_or_default();
@@ -96,6 +109,7 @@ async fn sync_service(ctx: &Ctx, key: &str) -> Result<(), String> {
             Err(e) => return Err(format!("delete endpoints: {e}")),
         }
         ctx.trigger_times.delete(key);
+        ctx.versions().remove(key);
         return Ok(());
     };
     let spec = svc.spec.clone().unwrap_or_default();
@@ -112,6 +126,11 @@ async fn sync_service(ctx: &Ctx, key: &str) -> Result<(), String> {
     // Computed on every sync so the tracker's state follows even when nothing is written.
     let trigger = ctx.trigger_times.compute(key, &svc, &pods);
     let current = ctx.endpoints.get(key);
+    if let Some(current) = &current {
+        if ctx.versions().get(key) == current.metadata.resource_version.as_ref() {
+            return Err(format!("{key}: endpoints informer cache is out of date"));
+        }
+    }
     let Some(new) = subsets::desired_endpoints(&svc, &pods, current.as_deref(), trigger) else {
         return Ok(());
     };
@@ -121,7 +140,14 @@ async fn sync_service(ctx: &Ctx, key: &str) -> Result<(), String> {
         api.create(&PostParams::default(), &new).await
     };
     match result {
-        Ok(_) => Ok(()),
+        Ok(written) => {
+            let old = current.and_then(|c| c.metadata.resource_version.clone());
+            if old.is_some() && old != written.metadata.resource_version {
+                ctx.versions()
+                    .insert(key.to_string(), old.unwrap_or_default());
+            }
+            Ok(())
+        }
         // Creates in a terminating namespace keep failing: drop the item.
         Err(kube::Error::Api(e)) if current.is_none() && e.code == 403 && is_ns_terminating(&e) => {
             Ok(())

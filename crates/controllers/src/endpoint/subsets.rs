@@ -18,6 +18,9 @@ use crate::endpointslice::util::{
 /// Endpoints hold at most this many addresses; beyond it they are truncated and annotated.
 pub const MAX_CAPACITY: usize = 1000;
 pub const OVER_CAPACITY: &str = "endpoints.kubernetes.io/over-capacity";
+/// Label marking Endpoints written by this controller (upstream 1.33 `LabelManagedBy`).
+pub const LABEL_MANAGED_BY: &str = "endpoints.kubernetes.io/managed-by";
+pub const CONTROLLER_NAME: &str = "endpoint-controller";
 
 /// The address of `pod` for the Service: its IP of the Service's first IP family.
 fn pod_address(svc: &Service, pod: &Pod) -> Option<EndpointAddress> {
@@ -260,6 +263,7 @@ pub fn desired_endpoints(
     if let Some(current) = current {
         let mut compare_labels = current.metadata.labels.clone().unwrap_or_default();
         compare_labels.remove(LABEL_HEADLESS);
+        compare_labels.remove(LABEL_MANAGED_BY);
         let current_subsets = current.subsets.clone().unwrap_or_default();
         if semantic_eq(&current_subsets, &subsets)
             && compare_labels == svc_labels
@@ -288,6 +292,7 @@ pub fn desired_endpoints(
         annotations.remove(OVER_CAPACITY);
     }
     let mut labels = svc_labels;
+    labels.insert(LABEL_MANAGED_BY.into(), CONTROLLER_NAME.into());
     if is_service_ip_set(svc) {
         labels.remove(LABEL_HEADLESS);
     } else {
@@ -374,7 +379,9 @@ mod tests {
                 .as_deref(),
             Some("b")
         );
-        assert_eq!(ep.metadata.labels.unwrap()["tier"], "fe");
+        let labels = ep.metadata.labels.unwrap();
+        assert_eq!(labels["tier"], "fe");
+        assert_eq!(labels[LABEL_MANAGED_BY], CONTROLLER_NAME);
         // Writing the same again is a no-op.
         let written = desired_endpoints(&s, &[&a, &b, &c], None, None).unwrap();
         assert!(desired_endpoints(&s, &[&a, &b, &c], Some(&written), None).is_none());

@@ -61,8 +61,7 @@ fn is_reserved_label(key: &str) -> bool {
 }
 
 /// The labels a slice of `svc` should carry, and whether the slice's own (non-reserved) labels
-/// differ from the Service's. As upstream, only labels the slice has and the Service lacks or
-/// changed count as a difference.
+/// differ from the Service's.
 pub fn slice_labels(
     slice: &EndpointSlice,
     svc: &Service,
@@ -76,13 +75,15 @@ pub fn slice_labels(
         .filter(|(k, _)| !is_reserved_label(k))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
-    let changed = slice
+    let slice_own: BTreeMap<String, String> = slice
         .metadata
         .labels
         .iter()
         .flatten()
         .filter(|(k, _)| !is_reserved_label(k))
-        .any(|(k, v)| svc_labels.get(k) != Some(v));
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let changed = slice_own != svc_labels;
     if is_service_ip_set(svc) {
         svc_labels.remove(LABEL_HEADLESS);
     } else {

@@ -93,6 +93,17 @@ fn steady_state_writes_nothing_and_changes_are_updates() {
     let slices = apply(&[], run(&s, &pods, &[]), &mut n);
     let plan = run(&s, &pods, &slices);
     assert!(plan.create.is_empty() && plan.update.is_empty() && plan.delete.is_empty());
+    // A label added to the Service reaches the slice.
+    let mut relabelled = s.clone();
+    relabelled
+        .metadata
+        .labels
+        .as_mut()
+        .unwrap()
+        .insert("new".into(), "x".into());
+    let plan = run(&relabelled, &pods, &slices);
+    assert_eq!(plan.update.len(), 1);
+    assert_eq!(plan.update[0].metadata.labels.as_ref().unwrap()["new"], "x");
     pods[1] = pod(1, false);
     let plan = run(&s, &pods, &slices);
     assert_eq!((plan.create.len(), plan.update.len()), (0, 1));

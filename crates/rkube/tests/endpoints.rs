@@ -156,13 +156,20 @@ fn a_deployment_behind_a_service() {
     assert!(slices(&c, "web", "{.items[0].metadata.generateName}") == "web-");
     assert!(slices(&c, "web", "{.items[0].endpoints[0].zone}").starts_with(char::is_alphanumeric));
     assert_eq!(
-        endpoints(&c, "web", "{.metadata.labels.endpoints\\.kubernetes\\.io/managed-by}"),
+        endpoints(
+            &c,
+            "web",
+            "{.metadata.labels.endpoints\\.kubernetes\\.io/managed-by}"
+        ),
         "endpoint-controller"
     );
     let described = c.kubectl(&["describe", "endpoints", "web"]);
     assert!(described.contains("8080"), "{described}");
     let described = c.kubectl(&["describe", "service", "web"]);
-    assert!(described.contains(&format!("{}:8080", ips[0])), "{described}");
+    assert!(
+        described.contains(&format!("{}:8080", ips[0])),
+        "{described}"
+    );
 
     // A pod that stops being ready moves to notReadyAddresses and ready=false.
     let flaky_ip = pod_ips(&c, "app=flaky", 1).remove(0);

@@ -26,6 +26,8 @@ struct Ctx {
     /// Per Service, the resourceVersion its Endpoints had before our last update: seeing it again in
     /// the cache means the cache is behind (upstream `staleEndpointsTracker`).
     replaced_versions: Mutex<HashMap<String, String>>,
+    recorder: client::events::Recorder,
+    _events: client::events::EventBroadcaster,
 }
 
 pub async fn run(client: kube::Client, factory: &SharedInformerFactory, workers: usize) {
@@ -59,7 +61,11 @@ pub async fn run(client: kube::Client, factory: &SharedInformerFactory, workers:
     // A deleted Endpoints object of a selecting Service is re-created.
     let q4 = queue.clone();
     ep_informer.add_event_handler(EventHandlerFuncs::new().on_delete(move |d| q4.add(d.key())));
+    let (events, recorder) =
+        crate::endpointslice::util::event_recorder(&client, "endpoint-controller");
     let ctx = Arc::new(Ctx {
+        recorder,
+        _events: events,
         client,
         services,
         pods: pod_informer.store(),
@@ -152,7 +158,27 @@ async fn sync_service(ctx: &Ctx, key: &str) -> Result<(), String> {
         Err(kube::Error::Api(e)) if current.is_none() && e.code == 403 && is_ns_terminating(&e) => {
             Ok(())
         }
-        Err(e) => Err(format!("write endpoints: {e}")),
+        Err(e) => {
+            let (reason, message) = if current.is_none() {
+                (
+                    "FailedToCreateEndpoint",
+                    format!("Failed to create endpoint for service {key}: {e}"),
+                )
+            } else {
+                (
+                    "FailedToUpdateEndpoint",
+                    format!("Failed to update endpoint {key}: {e}"),
+                )
+            };
+            let target = crate::endpointslice::util::object_ref("Endpoints", &new.metadata);
+            ctx.recorder.event(
+                &target,
+                client::events::EventType::Warning,
+                reason,
+                &message,
+            );
+            Err(format!("write endpoints: {e}"))
+        }
     }
 }
 

@@ -119,6 +119,8 @@ struct Ctx {
     tracker: Arc<SliceTracker>,
     trigger_times: TriggerTimeTracker,
     max_per_slice: usize,
+    recorder: client::events::Recorder,
+    _events: client::events::EventBroadcaster,
 }
 
 pub async fn run(c: &crate::ControllerContext) {
@@ -172,7 +174,10 @@ pub async fn run(c: &crate::ControllerContext) {
                 }
             }),
     );
+    let (events, recorder) = util::event_recorder(&c.client, "endpoint-slice-controller");
     let ctx = Arc::new(Ctx {
+        recorder,
+        _events: events,
         client: c.client.clone(),
         services,
         pods: pod_informer.store(),
@@ -297,6 +302,16 @@ async fn sync_service(ctx: &Ctx, key: &str) -> Result<(), String> {
     if errors.is_empty() {
         Ok(())
     } else {
+        let message = format!(
+            "Error updating Endpoint Slices for Service {key}: {}",
+            errors.join("; ")
+        );
+        ctx.recorder.event(
+            &util::object_ref("Service", &svc.metadata),
+            client::events::EventType::Warning,
+            "FailedToUpdateEndpointSlices",
+            &message,
+        );
         Err(errors.join("; "))
     }
 }

@@ -202,6 +202,33 @@ pub fn semantic(v: &impl Serialize) -> Value {
     clean(serde_json::to_value(v).unwrap_or_default()).unwrap_or(Value::Null)
 }
 
+/// An event recorder writing to the API as `component` (the broadcaster must be kept alive).
+pub fn event_recorder(
+    client: &kube::Client,
+    component: &str,
+) -> (client::events::EventBroadcaster, client::events::Recorder) {
+    let broadcaster = client::events::EventBroadcaster::new();
+    broadcaster.start_recording_to_sink(client::events::ApiEventSink::new(client.clone()));
+    let recorder = broadcaster.new_recorder(component, "");
+    (broadcaster, recorder)
+}
+
+/// A reference to an object for an event.
+pub fn object_ref(
+    kind: &str,
+    meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta,
+) -> k8s_openapi::api::core::v1::ObjectReference {
+    k8s_openapi::api::core::v1::ObjectReference {
+        api_version: Some("v1".into()),
+        kind: Some(kind.into()),
+        namespace: meta.namespace.clone(),
+        name: meta.name.clone(),
+        uid: meta.uid.clone(),
+        resource_version: meta.resource_version.clone(),
+        ..Default::default()
+    }
+}
+
 pub fn semantic_eq(a: &impl Serialize, b: &impl Serialize) -> bool {
     semantic(a) == semantic(b)
 }

@@ -17,8 +17,9 @@ use kube::api::{DeleteParams, PostParams};
 use kube::Api;
 
 use crate::endpointslice::reconciler::Plan;
-use crate::endpointslice::util::LEADER_ANNOTATION;
+use crate::endpointslice::util::{object_ref, LEADER_ANNOTATION};
 use crate::endpointslice::{slice_service_key, SliceTracker};
+use client::events::EventType;
 use reconciler::CONTROLLER_NAME;
 
 const SKIP_MIRROR: &str = "endpointslice.kubernetes.io/skip-mirror";
@@ -30,6 +31,8 @@ struct Ctx {
     slices: Arc<Store<EndpointSlice>>,
     tracker: Arc<SliceTracker>,
     max_per_subset: usize,
+    recorder: client::events::Recorder,
+    _events: client::events::EventBroadcaster,
 }
 
 /// Whether these Endpoints are to be mirrored at all.
@@ -80,7 +83,13 @@ pub async fn run(c: &crate::ControllerContext) {
                 }
             }),
     );
+    let (events, recorder) = crate::endpointslice::util::event_recorder(
+        &c.client,
+        "endpoint-slice-mirroring-controller",
+    );
     let ctx = Arc::new(Ctx {
+        recorder,
+        _events: events,
         client: c.client.clone(),
         services: svc_informer.store(),
         endpoints: ep_informer.store(),
@@ -129,8 +138,27 @@ async fn sync_endpoints(ctx: &Ctx, key: &str) -> Result<(), String> {
                 ));
             }
             let (plan, skipped) = reconciler::reconcile(&ep, &existing, ctx.max_per_subset);
-            if skipped > 0 {
-                tracing::info!(endpoints = key, skipped, "addresses not mirrored");
+            let target = object_ref("Endpoints", &ep.metadata);
+            if skipped.invalid > 0 {
+                let message = format!(
+                    "Skipped {} invalid IP addresses when mirroring to EndpointSlices",
+                    skipped.invalid
+                );
+                ctx.recorder
+                    .event(&target, EventType::Warning, "InvalidIPAddress", &message);
+            }
+            if skipped.over_capacity > 0 {
+                let message = format!(
+                    "A max of {} addresses can be mirrored to EndpointSlices per Endpoints subset. \
+                     {} addresses were skipped",
+                    ctx.max_per_subset, skipped.over_capacity
+                );
+                ctx.recorder.event(
+                    &target,
+                    EventType::Warning,
+                    "TooManyAddressesToMirror",
+                    &message,
+                );
             }
             plan
         }

@@ -80,17 +80,25 @@ fn address_to_endpoint(a: &EndpointAddress, ready: bool) -> Endpoint {
     }
 }
 
-/// What mirroring `ep` needs, given the slices it already has. `skipped` counts addresses left out
-/// (not an IP, or beyond `max_per_subset`).
+/// Addresses left out of the mirror.
+#[derive(Debug, Default, PartialEq)]
+pub struct Skipped {
+    /// Not an IP address.
+    pub invalid: usize,
+    /// Beyond `max_per_subset` in their subset.
+    pub over_capacity: usize,
+}
+
+/// What mirroring `ep` needs, given the slices it already has, and what was left out.
 pub fn reconcile(
     ep: &Endpoints,
     existing: &[EndpointSlice],
     max_per_subset: usize,
-) -> (Plan, usize) {
+) -> (Plan, Skipped) {
     // (port set key, address type) -> (ports, endpoints by identity)
     type Desired = BTreeMap<(String, String), (Vec<EndpointPort>, BTreeMap<String, Endpoint>)>;
     let mut desired: Desired = BTreeMap::new();
-    let mut skipped = 0;
+    let mut skipped = Skipped::default();
     for subset in repack(ep.subsets.as_deref().unwrap_or(&[])) {
         let ports: Vec<EndpointPort> = subset
             .ports
@@ -113,14 +121,14 @@ pub fn reconcile(
             .map(|a| (a, false));
         for (address, is_ready) in ready.chain(not_ready) {
             if added >= max_per_subset {
-                skipped += 1;
+                skipped.over_capacity += 1;
                 continue;
             }
             let address_type = match address.ip.parse::<std::net::IpAddr>() {
                 Ok(std::net::IpAddr::V4(_)) => "IPv4",
                 Ok(std::net::IpAddr::V6(_)) => "IPv6",
                 Err(_) => {
-                    skipped += 1;
+                    skipped.invalid += 1;
                     continue;
                 }
             };
@@ -219,7 +227,13 @@ mod tests {
                 "ports": [{"name": "http", "port": 80, "protocol": "TCP"}]}]}),
         );
         let (plan, skipped) = reconcile(&ep, &[], 1000);
-        assert_eq!(skipped, 1);
+        assert_eq!(
+            skipped,
+            Skipped {
+                invalid: 1,
+                over_capacity: 0
+            }
+        );
         assert_eq!(plan.create.len(), 2);
         let v4 = plan
             .create
@@ -263,7 +277,13 @@ mod tests {
         let ep = endpoints(json!({"metadata": {"name": "ext", "namespace": "d"},
             "subsets": [{"addresses": addresses, "ports": [{"port": 80}]}]}));
         let (plan, skipped) = reconcile(&ep, &[], 3);
-        assert_eq!(skipped, 2);
+        assert_eq!(
+            skipped,
+            Skipped {
+                invalid: 0,
+                over_capacity: 2
+            }
+        );
         assert_eq!(plan.create[0].endpoints.len(), 3);
     }
 }

@@ -379,11 +379,10 @@ fn reconcile_address_type(
             let doomed = plan.delete.remove(i);
             let mut slice = plan.create.pop().unwrap_or_default();
             slice.metadata.name = doomed.metadata.name.clone();
+            // The rest of the doomed slice's metadata is replaced, as upstream's update does.
             slice.metadata.generate_name = doomed.metadata.generate_name.clone();
             slice.metadata.resource_version = doomed.metadata.resource_version.clone();
             slice.metadata.uid = doomed.metadata.uid.clone();
-            slice.metadata.creation_timestamp = doomed.metadata.creation_timestamp.clone();
-            slice.metadata.annotations = doomed.metadata.annotations.clone();
             plan.update.push(slice);
         } else {
             i += 1;

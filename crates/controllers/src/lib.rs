@@ -6,25 +6,37 @@
 //! - [`daemonset`]: a pod on every eligible node.
 //! - [`deployment`]: rolls Deployments out through ReplicaSets.
 //! - [`disruption`]: PodDisruptionBudget status, which evictions honour.
+//! - [`endpoint`]: a Service's Endpoints from its selected pods.
+//! - [`endpointslice`]: a Service's EndpointSlices from its selected pods.
+//! - [`endpointslicemirroring`]: EndpointSlices mirroring the custom Endpoints of selectorless Services.
 //! - [`garbagecollector`]: cascading deletion by ownerReferences (background, foreground, orphan).
 //! - [`history`]: ControllerRevisions, for the StatefulSet and DaemonSet controllers.
 //! - [`namespace`]: empties a deleted namespace and finalizes it.
 //! - [`nodeipam`]: gives each node a pod CIDR.
 //! - [`nodelifecycle`]: marks silent nodes Unknown and taints them; [`tainteviction`] evicts the pods
 //!   that do not tolerate a node's NoExecute taints.
+//! - [`podgc`]: deletes terminated pods over a threshold and pods of vanished nodes.
 //! - [`replicaset`]: keeps a ReplicaSet's (or ReplicationController's) pods.
+//! - [`rootcacertpublisher`]: the `kube-root-ca.crt` ConfigMap in every namespace.
+//! - [`serviceaccount`]: the `default` ServiceAccount in every namespace.
 //! - [`statefulset`]: ordered pods with stable identities and storage.
 
 pub(crate) mod claim;
 pub mod daemonset;
 pub mod deployment;
 pub mod disruption;
+pub mod endpoint;
+pub mod endpointslice;
+pub mod endpointslicemirroring;
 pub mod garbagecollector;
 pub mod history;
 pub mod namespace;
 pub mod nodeipam;
 pub mod nodelifecycle;
+pub mod podgc;
 pub mod replicaset;
+pub mod rootcacertpublisher;
+pub mod serviceaccount;
 pub mod statefulset;
 pub mod tainteviction;
 
@@ -68,13 +80,6 @@ pub fn index_pods_by_node(informer: &Arc<SharedInformer<Pod>>) {
     );
 }
 
-/// Settings of individual controllers (upstream's per-controller flags).
-#[derive(Clone, Debug, Default)]
-pub struct ControllerOptions {
-    pub node_lifecycle: nodelifecycle::Options,
-    pub node_ipam: nodeipam::Options,
-}
-
 /// What every controller is started with: one client and one informer factory, shared so each
 /// resource is listed and watched once however many controllers read it.
 pub struct ControllerContext {
@@ -82,7 +87,43 @@ pub struct ControllerContext {
     pub factory: SharedInformerFactory,
     /// Concurrent syncs per controller (upstream `--concurrent-*-syncs`, 5 by default).
     pub workers: usize,
+    /// Settings of individual controllers (upstream's per-controller flags).
     pub options: ControllerOptions,
+}
+
+/// The controller-manager flags that individual controllers read.
+#[derive(Clone, Debug)]
+pub struct ControllerOptions {
+    pub node_lifecycle: nodelifecycle::Options,
+    pub node_ipam: nodeipam::Options,
+    /// The CA bundle (PEM) published as `kube-root-ca.crt` (upstream `--root-ca-file`); without
+    /// one the publisher does not run.
+    pub root_ca_pem: Option<String>,
+    /// Upstream `--max-endpoints-per-slice`.
+    pub max_endpoints_per_slice: usize,
+    /// Upstream `--mirroring-max-endpoints-per-subset`.
+    pub mirroring_max_endpoints_per_subset: usize,
+    /// Upstream `--terminated-pod-gc-threshold` (0 turns that part of pod GC off).
+    pub terminated_pod_gc_threshold: usize,
+    /// How long pod GC waits before treating a missing node as deleted (upstream: a 40 s constant).
+    pub pod_gc_quarantine: std::time::Duration,
+    /// How often pod GC runs (upstream: a 20 s constant).
+    pub pod_gc_period: std::time::Duration,
+}
+
+impl Default for ControllerOptions {
+    fn default() -> Self {
+        ControllerOptions {
+            node_lifecycle: nodelifecycle::Options::default(),
+            node_ipam: nodeipam::Options::default(),
+            root_ca_pem: None,
+            max_endpoints_per_slice: 100,
+            mirroring_max_endpoints_per_subset: 1000,
+            terminated_pod_gc_threshold: 12500,
+            pod_gc_quarantine: std::time::Duration::from_secs(40),
+            pod_gc_period: std::time::Duration::from_secs(20),
+        }
+    }
 }
 
 /// One controller of the manager.
@@ -183,6 +224,42 @@ pub const CONTROLLERS: &[ControllerDescriptor] = &[
         enabled_by_default: true,
         run: |c| Box::pin(namespace::run(c.client.clone(), &c.factory)),
     },
+    ControllerDescriptor {
+        name: "serviceaccount-controller",
+        alias: "serviceaccount",
+        enabled_by_default: true,
+        run: |c| Box::pin(serviceaccount::run(c.client.clone(), &c.factory)),
+    },
+    ControllerDescriptor {
+        name: "root-ca-certificate-publisher-controller",
+        alias: "root-ca-cert-publisher",
+        enabled_by_default: true,
+        run: |c| Box::pin(rootcacertpublisher::run(c)),
+    },
+    ControllerDescriptor {
+        name: "endpoints-controller",
+        alias: "endpoint",
+        enabled_by_default: true,
+        run: |c| Box::pin(endpoint::run(c.client.clone(), &c.factory, c.workers)),
+    },
+    ControllerDescriptor {
+        name: "endpointslice-controller",
+        alias: "endpointslice",
+        enabled_by_default: true,
+        run: |c| Box::pin(endpointslice::run(c)),
+    },
+    ControllerDescriptor {
+        name: "endpointslice-mirroring-controller",
+        alias: "endpointslicemirroring",
+        enabled_by_default: true,
+        run: |c| Box::pin(endpointslicemirroring::run(c)),
+    },
+    ControllerDescriptor {
+        name: "pod-garbage-collector-controller",
+        alias: "podgc",
+        enabled_by_default: true,
+        run: |c| Box::pin(podgc::run(c)),
+    },
 ];
 
 /// Resolves `--controllers` as upstream does: a comma-separated list where `*` means every
@@ -248,9 +325,9 @@ pub async fn run_selected(
 }
 
 /// Runs every controller that is on by default until the future is dropped.
-pub async fn run(client: kube::Client) {
+pub async fn run(client: kube::Client, options: ControllerOptions) {
     let selected = select(&["*".to_string()]).unwrap_or_default();
-    run_selected(client, selected, ControllerOptions::default()).await;
+    run_selected(client, selected, options).await;
 }
 
 #[cfg(test)]

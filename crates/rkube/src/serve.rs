@@ -52,7 +52,7 @@ pub struct ServeArgs {
     #[arg(long)]
     disable_controllers: bool,
     #[command(flatten)]
-    controllers: crate::controller_manager::ControllerFlags,
+    controllers: crate::controller_flags::ControllerFlags,
     /// Simulated nodes to run in this process (see `rkube sim`).
     #[arg(long, default_value_t = 0)]
     sim_nodes: usize,
@@ -128,10 +128,9 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
         let selected = args.controllers.selected()?;
         let kubeconfig = args.data_dir.join("admin.kubeconfig");
         let client = client::kubeconfig::client_from_file(&kubeconfig).await?;
+        let options = args.controllers.options(true, Some(&kubeconfig))?;
         Some(AbortOnDrop(tokio::spawn(controllers::run_selected(
-            client,
-            selected,
-            args.controllers.options(true),
+            client, selected, options,
         ))))
     } else {
         None

@@ -1,0 +1,151 @@
+//! The controller-manager flags, shared by `rkube controller-manager` and `rkube server` (upstream
+//! kube-controller-manager's flags of the same names): which controllers run, and the settings of
+//! individual controllers.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use base64::Engine;
+use clap::Args;
+
+use crate::serve::parse_duration;
+
+#[derive(Args, Clone, Debug)]
+pub struct ControllerFlags {
+    /// Controllers to run, upstream's syntax: `*` every controller on by default, `foo` turns foo on,
+    /// `-foo` turns it off (canonical names such as `job-controller`, or short ones such as `job`).
+    #[arg(long, value_delimiter = ',', default_value = "*")]
+    controllers: Vec<String>,
+    /// How often node health is checked.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    node_monitor_period: Duration,
+    /// How long a node may go without a heartbeat before it is marked Unknown.
+    #[arg(long, default_value = "40s", value_parser = parse_duration)]
+    node_monitor_grace_period: Duration,
+    /// The same for a node that never posted a Ready condition.
+    #[arg(long, default_value = "60s", value_parser = parse_duration)]
+    node_startup_grace_period: Duration,
+    /// Nodes per second whose pods may be evicted (NoExecute-tainted) in a healthy zone.
+    #[arg(long, default_value_t = 0.1)]
+    node_eviction_rate: f64,
+    /// The same in a partially disrupted zone larger than --large-cluster-size-threshold.
+    #[arg(long, default_value_t = 0.01)]
+    secondary_node_eviction_rate: f64,
+    #[arg(long, default_value_t = 50)]
+    large_cluster_size_threshold: usize,
+    /// Fraction of not-Ready nodes (at least 3) that makes a zone partially disrupted.
+    #[arg(long, default_value_t = 0.55)]
+    unhealthy_zone_threshold: f64,
+    /// Give each node a pod CIDR from --cluster-cidr (default: on in `rkube server`, off in
+    /// `rkube controller-manager`, as upstream).
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    allocate_node_cidrs: Option<bool>,
+    /// The pods' address range (default in `rkube server`: 10.42.0.0/16).
+    #[arg(long = "cluster-cidr")]
+    pod_cluster_cidr: Option<String>,
+    /// Prefix length of each node's pod CIDR (default 24 for IPv4, 64 for IPv6).
+    #[arg(long)]
+    node_cidr_mask_size: Option<u8>,
+    /// CA bundle published in every namespace as the `kube-root-ca.crt` ConfigMap (default: the
+    /// certificate authority of the kubeconfig the controllers use).
+    #[arg(long)]
+    root_ca_file: Option<PathBuf>,
+    /// Most endpoints one EndpointSlice holds.
+    #[arg(long, default_value_t = 100)]
+    max_endpoints_per_slice: usize,
+    /// Most addresses mirrored from one subset of a custom Endpoints object.
+    #[arg(long, default_value_t = 1000)]
+    mirroring_max_endpoints_per_subset: usize,
+    /// Terminated pods kept before pod GC deletes the oldest (0: never).
+    #[arg(long, default_value_t = 12500)]
+    terminated_pod_gc_threshold: usize,
+    /// How long pod GC waits before treating a missing node as deleted (upstream: fixed at 40s).
+    #[arg(long, default_value = "40s", value_parser = crate::serve::parse_duration, hide = true)]
+    pod_gc_quarantine: Duration,
+    /// How often pod GC runs (upstream: fixed at 20s).
+    #[arg(long, default_value = "20s", value_parser = crate::serve::parse_duration, hide = true)]
+    pod_gc_period: Duration,
+}
+
+/// The pod range of `rkube server` when none is given (k3s's).
+const EMBEDDED_CLUSTER_CIDR: &str = "10.42.0.0/16";
+
+impl ControllerFlags {
+    pub fn selected(&self) -> Result<Vec<&'static controllers::ControllerDescriptor>, String> {
+        controllers::select(&self.controllers)
+    }
+
+    /// The controllers' settings; `embedded` (in `rkube server`) allocates node CIDRs by default.
+    /// The root CA comes from `--root-ca-file`, else from the kubeconfig at `kubeconfig` (or the
+    /// default kubeconfig when `None`).
+    pub fn options(
+        &self,
+        embedded: bool,
+        kubeconfig: Option<&Path>,
+    ) -> Result<controllers::ControllerOptions, String> {
+        let root_ca_pem = match &self.root_ca_file {
+            Some(path) => Some(
+                std::fs::read_to_string(path)
+                    .map_err(|e| format!("--root-ca-file {}: {e}", path.display()))?,
+            ),
+            None => kubeconfig_ca(kubeconfig),
+        };
+        Ok(controllers::ControllerOptions {
+            root_ca_pem,
+            max_endpoints_per_slice: self.max_endpoints_per_slice,
+            mirroring_max_endpoints_per_subset: self.mirroring_max_endpoints_per_subset,
+            terminated_pod_gc_threshold: self.terminated_pod_gc_threshold,
+            pod_gc_quarantine: self.pod_gc_quarantine,
+            pod_gc_period: self.pod_gc_period,
+            node_ipam: controllers::nodeipam::Options {
+                allocate_node_cidrs: self.allocate_node_cidrs.unwrap_or(embedded),
+                cluster_cidr: self
+                    .pod_cluster_cidr
+                    .clone()
+                    .or_else(|| embedded.then(|| EMBEDDED_CLUSTER_CIDR.to_string())),
+                node_cidr_mask_size: self.node_cidr_mask_size,
+            },
+            node_lifecycle: controllers::nodelifecycle::Options {
+                monitor_period: self.node_monitor_period,
+                grace_period: self.node_monitor_grace_period,
+                startup_grace_period: self.node_startup_grace_period,
+                rates: controllers::nodelifecycle::Rates {
+                    eviction: self.node_eviction_rate,
+                    secondary: self.secondary_node_eviction_rate,
+                    large_cluster_threshold: self.large_cluster_size_threshold,
+                },
+                unhealthy_zone_threshold: self.unhealthy_zone_threshold,
+            },
+        })
+    }
+}
+
+/// The PEM CA bundle of the kubeconfig's current cluster (inline data or a file), if it has one.
+pub fn kubeconfig_ca(path: Option<&Path>) -> Option<String> {
+    let kubeconfig = match path {
+        Some(p) => kube::config::Kubeconfig::read_from(p).ok()?,
+        None => kube::config::Kubeconfig::read().ok()?,
+    };
+    let context = kubeconfig.current_context.as_ref()?;
+    let cluster_name = kubeconfig
+        .contexts
+        .iter()
+        .find(|c| &c.name == context)?
+        .context
+        .as_ref()?
+        .cluster
+        .clone();
+    let cluster = kubeconfig
+        .clusters
+        .iter()
+        .find(|c| c.name == cluster_name)?
+        .cluster
+        .as_ref()?;
+    if let Some(data) = &cluster.certificate_authority_data {
+        let bytes = base64::engine::general_purpose::STANDARD
+            .decode(data.trim())
+            .ok()?;
+        return String::from_utf8(bytes).ok();
+    }
+    std::fs::read_to_string(cluster.certificate_authority.as_ref()?).ok()
+}

@@ -4,9 +4,11 @@
 //! `--controllers` reads as upstream's.
 //!
 //! - [`deployment`]: rolls Deployments out through ReplicaSets.
+//! - [`job`]: runs Jobs' pods to completion.
 //! - [`replicaset`]: keeps a ReplicaSet's pods.
 
 pub mod deployment;
+pub mod job;
 pub mod replicaset;
 
 use client::informer::{InformerConfig, SharedInformerFactory};
@@ -62,6 +64,12 @@ pub const CONTROLLERS: &[ControllerDescriptor] = &[
         alias: "deployment",
         enabled_by_default: true,
         run: |c| Box::pin(deployment::run(c.client.clone(), &c.factory, c.workers)),
+    },
+    ControllerDescriptor {
+        name: "job-controller",
+        alias: "job",
+        enabled_by_default: true,
+        run: |c| Box::pin(job::run(c.client.clone(), &c.factory, c.workers)),
     },
 ];
 

@@ -3,10 +3,12 @@
 //! [`CONTROLLERS`] under upstream's canonical name (and the short alias older releases used), so
 //! `--controllers` reads as upstream's.
 //!
+//! - [`cronjob`]: creates Jobs on a cron schedule.
 //! - [`deployment`]: rolls Deployments out through ReplicaSets.
 //! - [`job`]: runs Jobs' pods to completion.
 //! - [`replicaset`]: keeps a ReplicaSet's pods.
 
+pub mod cronjob;
 pub mod deployment;
 pub mod job;
 pub mod replicaset;
@@ -70,6 +72,12 @@ pub const CONTROLLERS: &[ControllerDescriptor] = &[
         alias: "job",
         enabled_by_default: true,
         run: |c| Box::pin(job::run(c.client.clone(), &c.factory, c.workers)),
+    },
+    ControllerDescriptor {
+        name: "cronjob-controller",
+        alias: "cronjob",
+        enabled_by_default: true,
+        run: |c| Box::pin(cronjob::run(c.client.clone(), &c.factory, c.workers)),
     },
 ];
 

@@ -153,7 +153,7 @@ mod tests {
     fn pod_condition_rules() {
         let p = policy(json!([
             {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
-            {"action": "FailJob", "onPodConditions": [{"type": "ConfigIssue"}]},
+            {"action": "FailJob", "onPodConditions": [{"type": "ConfigIssue", "status": "True"}]},
         ]));
         let disrupted = failed_pod(1, json!([{"type": "DisruptionTarget", "status": "True"}]));
         assert!(!matches(Some(&p), &disrupted).count);

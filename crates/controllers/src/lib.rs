@@ -7,11 +7,13 @@
 //! - [`deployment`]: rolls Deployments out through ReplicaSets.
 //! - [`job`]: runs Jobs' pods to completion.
 //! - [`replicaset`]: keeps a ReplicaSet's pods.
+//! - [`ttlafterfinished`]: deletes finished Jobs after their TTL.
 
 pub mod cronjob;
 pub mod deployment;
 pub mod job;
 pub mod replicaset;
+pub mod ttlafterfinished;
 
 use client::informer::{InformerConfig, SharedInformerFactory};
 use futures::future::BoxFuture;
@@ -78,6 +80,12 @@ pub const CONTROLLERS: &[ControllerDescriptor] = &[
         alias: "cronjob",
         enabled_by_default: true,
         run: |c| Box::pin(cronjob::run(c.client.clone(), &c.factory, c.workers)),
+    },
+    ControllerDescriptor {
+        name: "ttl-after-finished-controller",
+        alias: "ttl-after-finished",
+        enabled_by_default: true,
+        run: |c| Box::pin(ttlafterfinished::run(c.client.clone(), &c.factory, c.workers)),
     },
 ];
 

@@ -154,3 +154,70 @@ spec:
     let events = c.kubectl(&["get", "events", "--field-selector", "involvedObject.name=fails", "-o", "jsonpath={range .items[*]}{.reason} {end}"]);
     assert!(events.contains("BackoffLimitExceeded") && events.contains("SuccessfulCreate"), "{events}");
 }
+
+#[test]
+fn jobs_suspend_deadline_failure_policy_and_ttl() {
+    let c = Cluster::start_all(Backend::Sqlite, &["--sim-nodes", "3"]);
+    let long = "        sim.rkube.io/run-for: 10m";
+    let quick_exit = "      restartPolicy: Never\n      terminationGracePeriodSeconds: 1";
+    c.kubectl_in(&["apply", "-f", "-"], Some(&job("sleepy", "  parallelism: 2\n  completions: 4", long, quick_exit)));
+    c.kubectl_in(&["apply", "-f", "-"], Some(&job("deadline", "  activeDeadlineSeconds: 2", long, quick_exit)));
+    let policy = "  backoffLimit: 6\n  podFailurePolicy:\n    rules:\n    - action: FailJob\n      onExitCodes:\n        operator: In\n        values: [42]";
+    c.kubectl_in(
+        &["apply", "-f", "-"],
+        Some(&job("policy", policy, "        sim.rkube.io/run-for: 500ms\n        sim.rkube.io/exit-code: \"42\"", quick_exit)),
+    );
+    c.kubectl_in(
+        &["apply", "-f", "-"],
+        Some(&job("short", "  ttlSecondsAfterFinished: 1", "        sim.rkube.io/run-for: 500ms", quick_exit)),
+    );
+    let t = Duration::from_secs(30);
+
+    // Suspend: the pods go, the Suspended condition comes; resume: pods again, startTime reset.
+    wait_for(&c, "job/sleepy", "{.status.active}", t, |v| v == "2");
+    let started = get(&c, "job/sleepy", "{.status.startTime}");
+    c.kubectl(&["patch", "job", "sleepy", "--type=merge", "-p", r#"{"spec":{"suspend":true}}"#]);
+    wait_for(&c, "job/sleepy", "{.status.conditions[?(@.type==\"Suspended\")].reason}", t, |v| v == "JobSuspended");
+    wait_for(&c, "pods", "{.items[?(@.metadata.labels.job-name==\"sleepy\")].metadata.name}", t, str::is_empty);
+    wait_for(&c, "job/sleepy", "{.status.active}/{.status.terminating}", t, |v| v == "/0");
+    std::thread::sleep(Duration::from_millis(1100)); // startTime has whole seconds
+    c.kubectl(&["patch", "job", "sleepy", "--type=merge", "-p", r#"{"spec":{"suspend":false}}"#]);
+    let cond = wait_for(
+        &c,
+        "job/sleepy",
+        "{.status.conditions[?(@.type==\"Suspended\")].status}/{.status.conditions[?(@.type==\"Suspended\")].reason}",
+        t,
+        |v| v == "False/JobResumed",
+    );
+    assert_eq!(cond, "False/JobResumed");
+    wait_for(&c, "job/sleepy", "{.status.active}", t, |v| v == "2");
+    assert!(get(&c, "job/sleepy", "{.status.startTime}") > started);
+
+    // activeDeadlineSeconds.
+    c.kubectl(&["wait", "--for=condition=failed", "job/deadline", "--timeout=30s"]);
+    assert_eq!(
+        get(&c, "job/deadline", "{.status.conditions[?(@.type==\"Failed\")].reason}: {.status.conditions[?(@.type==\"Failed\")].message}"),
+        "DeadlineExceeded: Job was active longer than specified deadline"
+    );
+
+    // A FailJob rule of the pod failure policy ends the Job at the first matching failure.
+    c.kubectl(&["wait", "--for=condition=failed", "job/policy", "--timeout=30s"]);
+    let pod = get(&c, "pods", "{.items[?(@.metadata.labels.job-name==\"policy\")].metadata.name}");
+    assert_eq!(
+        get(&c, "job/policy", "{.status.failed} {.status.conditions[?(@.type==\"Failed\")].reason}: {.status.conditions[?(@.type==\"Failed\")].message}"),
+        format!("1 PodFailurePolicy: Container main for pod default/{pod} failed with exit code 42 matching FailJob rule at index 0")
+    );
+
+    // ttlSecondsAfterFinished: the finished Job is deleted (foreground: it is marked for deletion and
+    // goes once the garbage collector has removed its pods).
+    let start = Instant::now();
+    loop {
+        let out = c.kubectl_output(&["get", "job", "short", "-o", "jsonpath={.metadata.deletionTimestamp}"], None);
+        let gone = !out.status.success() && String::from_utf8_lossy(&out.stderr).contains("NotFound");
+        if gone || !String::from_utf8_lossy(&out.stdout).is_empty() {
+            break;
+        }
+        assert!(start.elapsed() < t, "job/short was not deleted after its TTL");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}

@@ -85,7 +85,13 @@ pub const CONTROLLERS: &[ControllerDescriptor] = &[
         name: "ttl-after-finished-controller",
         alias: "ttl-after-finished",
         enabled_by_default: true,
-        run: |c| Box::pin(ttlafterfinished::run(c.client.clone(), &c.factory, c.workers)),
+        run: |c| {
+            Box::pin(ttlafterfinished::run(
+                c.client.clone(),
+                &c.factory,
+                c.workers,
+            ))
+        },
     },
 ];
 

@@ -14,14 +14,23 @@ fn get(c: &Cluster, what: &str, path: &str) -> String {
     c.kubectl(&["get", what, "-o", &format!("jsonpath={path}")])
 }
 
-fn wait_for(c: &Cluster, what: &str, path: &str, timeout: Duration, check: impl Fn(&str) -> bool) -> String {
+fn wait_for(
+    c: &Cluster,
+    what: &str,
+    path: &str,
+    timeout: Duration,
+    check: impl Fn(&str) -> bool,
+) -> String {
     let start = Instant::now();
     loop {
         let v = get(c, what, path);
         if check(&v) {
             return v;
         }
-        assert!(start.elapsed() < timeout, "{what} {path}: still {v:?} after {timeout:?}");
+        assert!(
+            start.elapsed() < timeout,
+            "{what} {path}: still {v:?} after {timeout:?}"
+        );
         std::thread::sleep(Duration::from_millis(250));
     }
 }
@@ -50,21 +59,36 @@ spec:
           - name: main
             image: busybox
 "#;
-    assert_eq!(c.kubectl_in(&["apply", "-f", "-"], Some(cj)).trim(), "cronjob.batch/tick created");
+    assert_eq!(
+        c.kubectl_in(&["apply", "-f", "-"], Some(cj)).trim(),
+        "cronjob.batch/tick created"
+    );
 
     // A Job made by hand from the CronJob's template.
     assert_eq!(
-        c.kubectl(&["create", "job", "manual", "--from=cronjob/tick"]).trim(),
+        c.kubectl(&["create", "job", "manual", "--from=cronjob/tick"])
+            .trim(),
         "job.batch/manual created"
     );
     assert_eq!(
         get(&c, "job/manual", "{.metadata.ownerReferences[0].kind}/{.metadata.ownerReferences[0].name} {.metadata.annotations.cronjob\\.kubernetes\\.io/instantiate}"),
         "CronJob/tick manual"
     );
-    c.kubectl(&["wait", "--for=condition=complete", "job/manual", "--timeout=30s"]);
+    c.kubectl(&[
+        "wait",
+        "--for=condition=complete",
+        "job/manual",
+        "--timeout=30s",
+    ]);
 
     // The scheduled firing, at the next minute.
-    let active = wait_for(&c, "cronjob/tick", "{.status.active[0].name}", Duration::from_secs(75), |v| !v.is_empty());
+    let active = wait_for(
+        &c,
+        "cronjob/tick",
+        "{.status.active[0].name}",
+        Duration::from_secs(75),
+        |v| !v.is_empty(),
+    );
     let scheduled = get(&c, "cronjob/tick", "{.status.lastScheduleTime}");
     let ts: jiff::Timestamp = scheduled.parse().expect("lastScheduleTime");
     assert_eq!(ts.as_second() % 60, 0, "{scheduled}");
@@ -74,16 +98,46 @@ spec:
         format!("{scheduled} true")
     );
     let row = c.kubectl(&["get", "cronjob", "tick", "--no-headers"]);
-    assert!(row.split_whitespace().collect::<Vec<_>>()[..3] == ["tick", "*", "*"], "{row}");
+    assert!(
+        row.split_whitespace().collect::<Vec<_>>()[..3] == ["tick", "*", "*"],
+        "{row}"
+    );
 
     // The Job completes: it leaves the active list, the success is recorded, and the history limit
     // of 1 keeps only the newest finished Job (the manual one goes).
-    c.kubectl(&["wait", "--for=condition=complete", &format!("job/{active}"), "--timeout=30s"]);
-    wait_for(&c, "cronjob/tick", "{.status.active}", Duration::from_secs(20), str::is_empty);
+    c.kubectl(&[
+        "wait",
+        "--for=condition=complete",
+        &format!("job/{active}"),
+        "--timeout=30s",
+    ]);
+    wait_for(
+        &c,
+        "cronjob/tick",
+        "{.status.active}",
+        Duration::from_secs(20),
+        str::is_empty,
+    );
     let completed = get(&c, &format!("job/{active}"), "{.status.completionTime}");
-    assert_eq!(get(&c, "cronjob/tick", "{.status.lastSuccessfulTime}"), completed);
-    wait_for(&c, "jobs", "{.items[*].metadata.name}", Duration::from_secs(20), |v| v == active);
-    let events = c.kubectl(&["get", "events", "--field-selector", "involvedObject.name=tick", "-o", "jsonpath={range .items[*]}{.reason} {end}"]);
+    assert_eq!(
+        get(&c, "cronjob/tick", "{.status.lastSuccessfulTime}"),
+        completed
+    );
+    wait_for(
+        &c,
+        "jobs",
+        "{.items[*].metadata.name}",
+        Duration::from_secs(20),
+        |v| v == active,
+    );
+    let events = c.kubectl(&[
+        "get",
+        "events",
+        "--field-selector",
+        "involvedObject.name=tick",
+        "-o",
+        "jsonpath={range .items[*]}{.reason} {end}",
+    ]);
     for reason in ["SuccessfulCreate", "SawCompletedJob", "SuccessfulDelete"] {
         assert!(events.contains(reason), "{reason} missing from {events}");
     }

@@ -32,7 +32,11 @@ struct Ctx {
 
 impl Ctx {
     fn event(&self, cj: &CronJob, warning: bool, reason: &str, message: &str) {
-        let t = if warning { EventType::Warning } else { EventType::Normal };
+        let t = if warning {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        };
         self.recorder.event(&cj.object_ref(&()), t, reason, message);
     }
 }
@@ -59,11 +63,14 @@ pub async fn run(client: kube::Client, factory: &SharedInformerFactory, workers:
     let (c1, c2, c3) = (ctx.clone(), ctx.clone(), ctx.clone());
     cj_informer.add_event_handler(
         EventHandlerFuncs::new()
-            .on_add(move |cj: &Arc<CronJob>, _| c1.queue.add(client::informer::object_key(cj.as_ref())))
+            .on_add(move |cj: &Arc<CronJob>, _| {
+                c1.queue.add(client::informer::object_key(cj.as_ref()))
+            })
             .on_update(move |old: &Arc<CronJob>, new: &Arc<CronJob>| {
                 let key = client::informer::object_key(new.as_ref());
                 let (o, n) = (old.spec.as_ref(), new.spec.as_ref());
-                let changed = o.map(|s| (&s.schedule, &s.time_zone)) != n.map(|s| (&s.schedule, &s.time_zone));
+                let changed = o.map(|s| (&s.schedule, &s.time_zone))
+                    != n.map(|s| (&s.schedule, &s.time_zone));
                 // A new schedule is waited for (upstream requeues at its next time); other changes sync now.
                 match changed.then(|| next_after_now(new)).flatten() {
                     Some(d) => c2.queue.add_after(key, d),
@@ -147,9 +154,11 @@ async fn sync_cronjob(
         .list_namespace(ns)
         .into_iter()
         .filter(|j| {
-            j.metadata.owner_references.iter().flatten().any(|r| {
-                r.controller == Some(true) && r.kind == "CronJob" && r.uid == uid
-            })
+            j.metadata
+                .owner_references
+                .iter()
+                .flatten()
+                .any(|r| r.controller == Some(true) && r.kind == "CronJob" && r.uid == uid)
         })
         .collect();
     let mut cj = (*shared).clone();
@@ -163,7 +172,16 @@ async fn sync_cronjob(
             update_status = true;
         }
     }
-    let result = reconcile(ctx, &mut cj, &jobs, &jobs_api, &cj_api, now, &mut update_status).await;
+    let result = reconcile(
+        ctx,
+        &mut cj,
+        &jobs,
+        &jobs_api,
+        &cj_api,
+        now,
+        &mut update_status,
+    )
+    .await;
     if update_status {
         if let Some(status) = cj.status.as_mut() {
             if status.active.as_ref().is_some_and(Vec::is_empty) {
@@ -200,22 +218,40 @@ async fn reconcile(
                 *cj = fresh;
                 continue;
             }
-            ctx.event(cj, true, "UnexpectedJob", &format!("Saw a job that the controller did not create or forgot: {jname}"));
+            ctx.event(
+                cj,
+                true,
+                "UnexpectedJob",
+                &format!("Saw a job that the controller did not create or forgot: {jname}"),
+            );
         } else if let (true, Some(cond)) = (found, finished) {
             sync::delete_from_active_list(cj, juid);
-            ctx.event(cj, false, "SawCompletedJob", &format!("Saw completed job: {jname}, condition: {cond}"));
+            ctx.event(
+                cj,
+                false,
+                "SawCompletedJob",
+                &format!("Saw completed job: {jname}, condition: {cond}"),
+            );
             *update_status = true;
         }
         if let Some(done) = sync::completion_time(job) {
             let status = cj.status.get_or_insert_with(Default::default);
-            if status.last_successful_time.as_ref().is_none_or(|t| done.0 > t.0) {
+            if status
+                .last_successful_time
+                .as_ref()
+                .is_none_or(|t| done.0 > t.0)
+            {
                 status.last_successful_time = Some(done);
                 *update_status = true;
             }
         }
     }
     // Active Jobs that no longer exist (checked on the server, the cache may lag).
-    let active: Vec<ObjectReference> = cj.status.as_ref().and_then(|s| s.active.clone()).unwrap_or_default();
+    let active: Vec<ObjectReference> = cj
+        .status
+        .as_ref()
+        .and_then(|s| s.active.clone())
+        .unwrap_or_default();
     for r in active {
         let ruid = r.uid.as_deref().unwrap_or("");
         if jobs.iter().any(|j| j.metadata.uid.as_deref() == Some(ruid)) {
@@ -225,7 +261,12 @@ async fn reconcile(
         match jobs_api.get_opt(rname).await.map_err(|e| e.to_string())? {
             Some(j) if j.metadata.uid.as_deref() == Some(ruid) => {}
             _ => {
-                ctx.event(cj, false, "MissingJob", &format!("Active job went missing: {rname}"));
+                ctx.event(
+                    cj,
+                    false,
+                    "MissingJob",
+                    &format!("Active job went missing: {rname}"),
+                );
                 sync::delete_from_active_list(cj, ruid);
                 *update_status = true;
             }
@@ -237,7 +278,12 @@ async fn reconcile(
     let spec = cj.spec.clone().unwrap_or_default();
     if let Err(e) = sync::time_zone(cj) {
         let tz = spec.time_zone.unwrap_or_default();
-        ctx.event(cj, true, "UnknownTimeZone", &format!("invalid timeZone: {tz:?}: {e}"));
+        ctx.event(
+            cj,
+            true,
+            "UnknownTimeZone",
+            &format!("invalid timeZone: {tz:?}: {e}"),
+        );
         return Ok(None);
     }
     if spec.suspend == Some(true) {
@@ -249,7 +295,12 @@ async fn reconcile(
     let sched = match parsed_schedule(cj) {
         Ok(s) => s,
         Err(e) => {
-            ctx.event(cj, true, "UnparseableSchedule", &format!("unparseable schedule: {:?} : {e}", spec.schedule));
+            ctx.event(
+                cj,
+                true,
+                "UnparseableSchedule",
+                &format!("unparseable schedule: {:?} : {e}", spec.schedule),
+            );
             return Ok(None);
         }
     };
@@ -267,7 +318,11 @@ async fn reconcile(
         sync::Start::Run { scheduled, replace } => (scheduled, replace),
     };
     if replace {
-        let active: Vec<ObjectReference> = cj.status.as_ref().and_then(|s| s.active.clone()).unwrap_or_default();
+        let active: Vec<ObjectReference> = cj
+            .status
+            .as_ref()
+            .and_then(|s| s.active.clone())
+            .unwrap_or_default();
         for r in active {
             let job = match jobs_api.get(r.name.as_deref().unwrap_or("")).await {
                 Ok(j) => j,
@@ -277,7 +332,10 @@ async fn reconcile(
                 }
             };
             if !delete_job(ctx, cj, jobs_api, &job).await {
-                return Err(format!("could not replace job {}", job.metadata.name.unwrap_or_default()));
+                return Err(format!(
+                    "could not replace job {}",
+                    job.metadata.name.unwrap_or_default()
+                ));
             }
             *update_status = true;
         }
@@ -286,7 +344,12 @@ async fn reconcile(
     let job = match jobs_api.create(&PostParams::default(), &request).await {
         Ok(j) => {
             let jname = j.metadata.name.clone().unwrap_or_default();
-            ctx.event(cj, false, "SuccessfulCreate", &format!("Created job {jname}"));
+            ctx.event(
+                cj,
+                false,
+                "SuccessfulCreate",
+                &format!("Created job {jname}"),
+            );
             j
         }
         // Created by someone else (or by us before a crash): take it as ours.
@@ -295,13 +358,23 @@ async fn reconcile(
             .await
             .map_err(|e| e.to_string())?,
         Err(e) => {
-            ctx.event(cj, true, "FailedCreate", &format!("Error creating job: {e}"));
+            ctx.event(
+                cj,
+                true,
+                "FailedCreate",
+                &format!("Error creating job: {e}"),
+            );
             return Err(e.to_string());
         }
     };
     let status = cj.status.get_or_insert_with(Default::default);
-    status.active.get_or_insert_with(Vec::new).push(job_ref(&job));
-    status.last_schedule_time = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(scheduled));
+    status
+        .active
+        .get_or_insert_with(Vec::new)
+        .push(job_ref(&job));
+    status.last_schedule_time = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+        scheduled,
+    ));
     *update_status = true;
     Ok(sync::next_schedule_duration(cj, now, &sched))
 }
@@ -319,6 +392,11 @@ async fn delete_job(ctx: &Ctx, cj: &mut CronJob, api: &Api<Job>, job: &Job) -> b
         }
     }
     sync::delete_from_active_list(cj, job.metadata.uid.as_deref().unwrap_or(""));
-    ctx.event(cj, false, "SuccessfulDelete", &format!("Deleted job {name}"));
+    ctx.event(
+        cj,
+        false,
+        "SuccessfulDelete",
+        &format!("Deleted job {name}"),
+    );
     true
 }

@@ -36,13 +36,27 @@ struct Bounds {
     names: &'static [&'static str],
 }
 
-const MINUTES: Bounds = Bounds { min: 0, max: 59, names: &[] };
-const HOURS: Bounds = Bounds { min: 0, max: 23, names: &[] };
-const DOM: Bounds = Bounds { min: 1, max: 31, names: &[] };
+const MINUTES: Bounds = Bounds {
+    min: 0,
+    max: 59,
+    names: &[],
+};
+const HOURS: Bounds = Bounds {
+    min: 0,
+    max: 23,
+    names: &[],
+};
+const DOM: Bounds = Bounds {
+    min: 1,
+    max: 31,
+    names: &[],
+};
 const MONTHS: Bounds = Bounds {
     min: 1,
     max: 12,
-    names: &["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"],
+    names: &[
+        "jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec",
+    ],
 };
 const DOW: Bounds = Bounds {
     min: 0,
@@ -56,11 +70,14 @@ pub fn parse(spec: &str, tz: TimeZone) -> Result<Schedule, String> {
     if spec.is_empty() {
         return Err("empty spec string".into());
     }
-    let (tz, spec) = match spec.strip_prefix("TZ=").or_else(|| spec.strip_prefix("CRON_TZ=")) {
+    let (tz, spec) = match spec
+        .strip_prefix("TZ=")
+        .or_else(|| spec.strip_prefix("CRON_TZ="))
+    {
         Some(rest) => {
             let (name, rest) = rest.split_once(' ').unwrap_or((rest, ""));
-            let tz = TimeZone::get(name)
-                .map_err(|e| format!("provided bad location {name}: {e}"))?;
+            let tz =
+                TimeZone::get(name).map_err(|e| format!("provided bad location {name}: {e}"))?;
             (tz, rest.trim())
         }
         None => (tz, spec),
@@ -70,7 +87,10 @@ pub fn parse(spec: &str, tz: TimeZone) -> Result<Schedule, String> {
     }
     let fields: Vec<&str> = spec.split_whitespace().collect();
     if fields.len() != 5 {
-        return Err(format!("expected exactly 5 fields, found {}: {spec}", fields.len()));
+        return Err(format!(
+            "expected exactly 5 fields, found {}: {spec}",
+            fields.len()
+        ));
     }
     let (dom, dom_star) = field(fields[2], &DOM)?;
     let (dow, dow_star) = field(fields[4], &DOW)?;
@@ -132,7 +152,9 @@ fn value(s: &str, b: &Bounds) -> Result<u32, String> {
 fn range(expr: &str, b: &Bounds) -> Result<(u64, bool), String> {
     let (range_part, step) = match expr.split_once('/') {
         Some((r, s)) => {
-            let step = s.parse::<u32>().map_err(|_| format!("failed to parse int from {s}"))?;
+            let step = s
+                .parse::<u32>()
+                .map_err(|_| format!("failed to parse int from {s}"))?;
             if step == 0 {
                 return Err(format!("step of range should be a positive number: {expr}"));
             }
@@ -160,13 +182,21 @@ fn range(expr: &str, b: &Bounds) -> Result<(u64, bool), String> {
             star = false;
         }
         if start < b.min {
-            return Err(format!("beginning of range ({start}) below minimum ({}): {expr}", b.min));
+            return Err(format!(
+                "beginning of range ({start}) below minimum ({}): {expr}",
+                b.min
+            ));
         }
         if end > b.max {
-            return Err(format!("end of range ({end}) above maximum ({}): {expr}", b.max));
+            return Err(format!(
+                "end of range ({end}) above maximum ({}): {expr}",
+                b.max
+            ));
         }
         if start > end {
-            return Err(format!("beginning of range ({start}) beyond end of range ({end}): {expr}"));
+            return Err(format!(
+                "beginning of range ({start}) beyond end of range ({end}): {expr}"
+            ));
         }
         let mut bits = 0u64;
         while start <= end {
@@ -176,13 +206,21 @@ fn range(expr: &str, b: &Bounds) -> Result<(u64, bool), String> {
         return Ok((bits, star));
     }
     if start < b.min {
-        return Err(format!("beginning of range ({start}) below minimum ({}): {expr}", b.min));
+        return Err(format!(
+            "beginning of range ({start}) below minimum ({}): {expr}",
+            b.min
+        ));
     }
     if end > b.max {
-        return Err(format!("end of range ({end}) above maximum ({}): {expr}", b.max));
+        return Err(format!(
+            "end of range ({end}) above maximum ({}): {expr}",
+            b.max
+        ));
     }
     if start > end {
-        return Err(format!("beginning of range ({start}) beyond end of range ({end}): {expr}"));
+        return Err(format!(
+            "beginning of range ({start}) beyond end of range ({end}): {expr}"
+        ));
     }
     let bits = (start..=end).fold(0u64, |acc, v| acc | 1 << v);
     Ok((bits, star))
@@ -207,7 +245,9 @@ impl Schedule {
         match self {
             Schedule::Every(d) => {
                 let whole = Timestamp::from_second(after.as_second()).ok()?;
-                whole.checked_add(jiff::SignedDuration::try_from(*d).ok()?).ok()
+                whole
+                    .checked_add(jiff::SignedDuration::try_from(*d).ok()?)
+                    .ok()
             }
             Schedule::Spec(s) => {
                 let start = after.to_zoned(s.tz.clone()).date();
@@ -218,7 +258,9 @@ impl Schedule {
                         for h in (0..24).filter(|h| s.hour & (1u64 << h) != 0) {
                             for m in (0..60).filter(|m| s.minute & (1u64 << m) != 0) {
                                 let civil = d.at(h as i8, m as i8, 0, 0);
-                                let Ok(z) = civil.to_zoned(s.tz.clone()) else { continue };
+                                let Ok(z) = civil.to_zoned(s.tz.clone()) else {
+                                    continue;
+                                };
                                 // A wall time skipped by a DST change fires at the shifted time, as
                                 // Go's time.Date normalises it.
                                 if z.timestamp() > after {
@@ -253,42 +295,108 @@ mod tests {
 
     #[test]
     fn five_fields() {
-        assert_eq!(next("*/1 * * * *", "2026-01-01T00:00:00Z"), "2026-01-01T00:01:00Z");
-        assert_eq!(next("* * * * *", "2026-01-01T00:00:30.5Z"), "2026-01-01T00:01:00Z");
-        assert_eq!(next("*/15 * * * *", "2026-01-01T00:14:59Z"), "2026-01-01T00:15:00Z");
-        assert_eq!(next("30 6-16/4 * * 1-5", "2026-01-02T14:31:00Z"), "2026-01-05T06:30:00Z");
-        assert_eq!(next("0 0 1 jan *", "2026-03-01T00:00:00Z"), "2027-01-01T00:00:00Z");
-        assert_eq!(next("0 12 * * SUN", "2026-01-01T00:00:00Z"), "2026-01-04T12:00:00Z");
-        assert_eq!(next("5/20 * * * *", "2026-01-01T00:06:00Z"), "2026-01-01T00:25:00Z");
-        assert_eq!(next("0 0 29 2 *", "2026-01-01T00:00:00Z"), "2028-02-29T00:00:00Z");
+        assert_eq!(
+            next("*/1 * * * *", "2026-01-01T00:00:00Z"),
+            "2026-01-01T00:01:00Z"
+        );
+        assert_eq!(
+            next("* * * * *", "2026-01-01T00:00:30.5Z"),
+            "2026-01-01T00:01:00Z"
+        );
+        assert_eq!(
+            next("*/15 * * * *", "2026-01-01T00:14:59Z"),
+            "2026-01-01T00:15:00Z"
+        );
+        assert_eq!(
+            next("30 6-16/4 * * 1-5", "2026-01-02T14:31:00Z"),
+            "2026-01-05T06:30:00Z"
+        );
+        assert_eq!(
+            next("0 0 1 jan *", "2026-03-01T00:00:00Z"),
+            "2027-01-01T00:00:00Z"
+        );
+        assert_eq!(
+            next("0 12 * * SUN", "2026-01-01T00:00:00Z"),
+            "2026-01-04T12:00:00Z"
+        );
+        assert_eq!(
+            next("5/20 * * * *", "2026-01-01T00:06:00Z"),
+            "2026-01-01T00:25:00Z"
+        );
+        assert_eq!(
+            next("0 0 29 2 *", "2026-01-01T00:00:00Z"),
+            "2028-02-29T00:00:00Z"
+        );
         assert_eq!(next("0 0 30 2 *", "2026-01-01T00:00:00Z"), "");
     }
 
     #[test]
     fn day_of_month_or_day_of_week() {
         // Both restricted: either matches (the 13th, or any Friday).
-        assert_eq!(next("0 0 13 * 5", "2026-01-01T00:00:00Z"), "2026-01-02T00:00:00Z");
+        assert_eq!(
+            next("0 0 13 * 5", "2026-01-01T00:00:00Z"),
+            "2026-01-02T00:00:00Z"
+        );
         // One is a star: both must match.
-        assert_eq!(next("0 0 13 * *", "2026-01-01T00:00:00Z"), "2026-01-13T00:00:00Z");
-        assert_eq!(next("0 0 ? * 5", "2026-01-03T00:00:00Z"), "2026-01-09T00:00:00Z");
+        assert_eq!(
+            next("0 0 13 * *", "2026-01-01T00:00:00Z"),
+            "2026-01-13T00:00:00Z"
+        );
+        assert_eq!(
+            next("0 0 ? * 5", "2026-01-03T00:00:00Z"),
+            "2026-01-09T00:00:00Z"
+        );
         // */2 is not a star for this rule.
-        assert_eq!(next("0 0 */2 * 1", "2026-01-01T00:00:00Z"), "2026-01-03T00:00:00Z");
+        assert_eq!(
+            next("0 0 */2 * 1", "2026-01-01T00:00:00Z"),
+            "2026-01-03T00:00:00Z"
+        );
     }
 
     #[test]
     fn descriptors() {
-        assert_eq!(next("@hourly", "2026-01-01T00:00:00Z"), "2026-01-01T01:00:00Z");
-        assert_eq!(next("@daily", "2026-01-01T00:00:00Z"), "2026-01-02T00:00:00Z");
-        assert_eq!(next("@weekly", "2026-01-01T00:00:00Z"), "2026-01-04T00:00:00Z");
-        assert_eq!(next("@monthly", "2026-01-01T00:00:00Z"), "2026-02-01T00:00:00Z");
-        assert_eq!(next("@yearly", "2026-01-01T00:00:00Z"), "2027-01-01T00:00:00Z");
-        assert_eq!(next("@every 1h30m", "2026-01-01T00:00:10.5Z"), "2026-01-01T01:30:10Z");
-        assert!(parse("@fortnightly", TimeZone::UTC).unwrap_err().contains("unrecognized descriptor"));
+        assert_eq!(
+            next("@hourly", "2026-01-01T00:00:00Z"),
+            "2026-01-01T01:00:00Z"
+        );
+        assert_eq!(
+            next("@daily", "2026-01-01T00:00:00Z"),
+            "2026-01-02T00:00:00Z"
+        );
+        assert_eq!(
+            next("@weekly", "2026-01-01T00:00:00Z"),
+            "2026-01-04T00:00:00Z"
+        );
+        assert_eq!(
+            next("@monthly", "2026-01-01T00:00:00Z"),
+            "2026-02-01T00:00:00Z"
+        );
+        assert_eq!(
+            next("@yearly", "2026-01-01T00:00:00Z"),
+            "2027-01-01T00:00:00Z"
+        );
+        assert_eq!(
+            next("@every 1h30m", "2026-01-01T00:00:10.5Z"),
+            "2026-01-01T01:30:10Z"
+        );
+        assert!(parse("@fortnightly", TimeZone::UTC)
+            .unwrap_err()
+            .contains("unrecognized descriptor"));
     }
 
     #[test]
     fn errors() {
-        for bad in ["* * * *", "60 * * * *", "* 24 * * *", "* * 0 * *", "* * * 13 *", "* * * * 7", "5-1 * * * *", "*/0 * * * *", "x * * * *"] {
+        for bad in [
+            "* * * *",
+            "60 * * * *",
+            "* 24 * * *",
+            "* * 0 * *",
+            "* * * 13 *",
+            "* * * * 7",
+            "5-1 * * * *",
+            "*/0 * * * *",
+            "x * * * *",
+        ] {
             assert!(parse(bad, TimeZone::UTC).is_err(), "{bad}");
         }
         assert!(parse("* * * * *", TimeZone::UTC).is_ok());
@@ -299,12 +407,24 @@ mod tests {
         let ny = TimeZone::get("America/New_York").unwrap();
         let s = parse("0 9 * * *", ny.clone()).unwrap();
         // 09:00 EST is 14:00 UTC; after the March change 09:00 EDT is 13:00 UTC.
-        assert_eq!(s.next(ts("2026-03-07T15:00:00Z")).unwrap().to_string(), "2026-03-08T13:00:00Z");
-        assert_eq!(s.next(ts("2026-03-06T15:00:00Z")).unwrap().to_string(), "2026-03-07T14:00:00Z");
+        assert_eq!(
+            s.next(ts("2026-03-07T15:00:00Z")).unwrap().to_string(),
+            "2026-03-08T13:00:00Z"
+        );
+        assert_eq!(
+            s.next(ts("2026-03-06T15:00:00Z")).unwrap().to_string(),
+            "2026-03-07T14:00:00Z"
+        );
         // 02:30 does not exist on 2026-03-08 in New York: it fires an hour later in wall time.
         let gap = parse("30 2 * * *", ny).unwrap();
-        assert_eq!(gap.next(ts("2026-03-08T00:00:00Z")).unwrap().to_string(), "2026-03-08T07:30:00Z");
+        assert_eq!(
+            gap.next(ts("2026-03-08T00:00:00Z")).unwrap().to_string(),
+            "2026-03-08T07:30:00Z"
+        );
         let tz = parse("CRON_TZ=Asia/Tokyo 0 0 * * *", TimeZone::UTC).unwrap();
-        assert_eq!(tz.next(ts("2026-01-01T00:00:00Z")).unwrap().to_string(), "2026-01-01T15:00:00Z");
+        assert_eq!(
+            tz.next(ts("2026-01-01T00:00:00Z")).unwrap().to_string(),
+            "2026-01-01T15:00:00Z"
+        );
     }
 }

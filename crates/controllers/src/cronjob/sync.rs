@@ -69,7 +69,11 @@ pub fn most_recent_schedule_time(
             }
         }
     }
-    let none = |missed| Recent { earliest, most_recent: None, missed };
+    let none = |missed| Recent {
+        earliest,
+        most_recent: None,
+        missed,
+    };
     let too_close = || "time difference between two schedules is less than 1 second".to_string();
     let Some(t1) = schedule.next(earliest) else {
         return Err(too_close());
@@ -81,7 +85,11 @@ pub fn most_recent_schedule_time(
         return Err(too_close());
     };
     if now < t2 {
-        return Ok(Recent { earliest, most_recent: Some(t1), missed: Missed::None });
+        return Ok(Recent {
+            earliest,
+            most_recent: Some(t1),
+            missed: Missed::None,
+        });
     }
     let between = t2.duration_since(t1).as_secs_f64().round() as i64;
     if between < 1 {
@@ -103,16 +111,31 @@ pub fn most_recent_schedule_time(
         n if n > 1 => Missed::Few,
         _ => Missed::None,
     };
-    Ok(Recent { earliest, most_recent, missed })
+    Ok(Recent {
+        earliest,
+        most_recent,
+        missed,
+    })
 }
 
 /// Upstream `nextScheduleTimeDuration`: how long until the next schedule time after the most recent
 /// one (or after now, when starts were missed or the schedule is invalid).
-pub fn next_schedule_duration(cj: &CronJob, now: Timestamp, schedule: &Schedule) -> Option<Duration> {
+pub fn next_schedule_duration(
+    cj: &CronJob,
+    now: Timestamp,
+    schedule: &Schedule,
+) -> Option<Duration> {
     let from = match most_recent_schedule_time(cj, now, schedule, false) {
         Err(_) => now,
-        Ok(Recent { most_recent: Some(t), .. }) => t,
-        Ok(Recent { earliest, missed: Missed::None, .. }) => earliest,
+        Ok(Recent {
+            most_recent: Some(t),
+            ..
+        }) => t,
+        Ok(Recent {
+            earliest,
+            missed: Missed::None,
+            ..
+        }) => earliest,
         Ok(_) => now,
     };
     let next = schedule.next(from)?;
@@ -199,7 +222,10 @@ pub enum Start {
     /// Start the Job for `scheduled`; with `replace`, delete the active Jobs first.
     Run { scheduled: Timestamp, replace: bool },
     /// Start nothing; an event to record, if any, and when to look again.
-    Skip { event: Option<(bool, &'static str, String)>, requeue: Option<Duration> },
+    Skip {
+        event: Option<(bool, &'static str, String)>,
+        requeue: Option<Duration>,
+    },
 }
 
 /// The start decision of upstream `syncCronJob`, after the active list was reconciled: no unmet
@@ -212,19 +238,45 @@ pub fn plan_start(cj: &CronJob, now: Timestamp, schedule: &Schedule) -> (Start, 
     let recent = match most_recent_schedule_time(cj, now, schedule, true) {
         Ok(r) => r,
         Err(e) => {
-            let event = (true, "InvalidSchedule", format!("invalid schedule: {} : {e}", spec.schedule));
-            return (Start::Skip { event: Some(event), requeue: None }, false);
+            let event = (
+                true,
+                "InvalidSchedule",
+                format!("invalid schedule: {} : {e}", spec.schedule),
+            );
+            return (
+                Start::Skip {
+                    event: Some(event),
+                    requeue: None,
+                },
+                false,
+            );
         }
     };
     let many = recent.missed == Missed::Many;
     let Some(scheduled) = recent.most_recent.filter(|t| *t <= now) else {
-        return (Start::Skip { event: None, requeue }, false);
+        return (
+            Start::Skip {
+                event: None,
+                requeue,
+            },
+            false,
+        );
     };
     if let Some(deadline) = spec.starting_deadline_seconds {
         if scheduled + secs(deadline) < now {
             let when = scheduled.strftime("%a, %d %b %Y %H:%M:%S %z").to_string();
-            let event = (true, "MissSchedule", format!("Missed scheduled time to start a job: {when}"));
-            return (Start::Skip { event: Some(event), requeue }, many);
+            let event = (
+                true,
+                "MissSchedule",
+                format!("Missed scheduled time to start a job: {when}"),
+            );
+            return (
+                Start::Skip {
+                    event: Some(event),
+                    requeue,
+                },
+                many,
+            );
         }
     }
     let name = job_name(cj.metadata.name.as_deref().unwrap_or(""), scheduled);
@@ -236,7 +288,13 @@ pub fn plan_start(cj: &CronJob, now: Timestamp, schedule: &Schedule) -> (Start, 
             .and_then(|s| s.last_schedule_time.as_ref())
             .is_some_and(|t| t.0 == scheduled);
     if started {
-        return (Start::Skip { event: None, requeue }, many);
+        return (
+            Start::Skip {
+                event: None,
+                requeue,
+            },
+            many,
+        );
     }
     let active = status.and_then(|s| s.active.as_ref()).map_or(0, Vec::len);
     match spec.concurrency_policy.as_deref() {
@@ -246,10 +304,28 @@ pub fn plan_start(cj: &CronJob, now: Timestamp, schedule: &Schedule) -> (Start, 
                 "JobAlreadyActive",
                 "Not starting job because prior execution is running and concurrency policy is Forbid".to_string(),
             );
-            (Start::Skip { event: Some(event), requeue }, many)
+            (
+                Start::Skip {
+                    event: Some(event),
+                    requeue,
+                },
+                many,
+            )
         }
-        Some("Replace") => (Start::Run { scheduled, replace: active > 0 }, many),
-        _ => (Start::Run { scheduled, replace: false }, many),
+        Some("Replace") => (
+            Start::Run {
+                scheduled,
+                replace: active > 0,
+            },
+            many,
+        ),
+        _ => (
+            Start::Run {
+                scheduled,
+                replace: false,
+            },
+            many,
+        ),
     }
 }
 
@@ -274,7 +350,12 @@ pub fn jobs_beyond_history(cj: &CronJob, jobs: &[Arc<Job>]) -> Vec<Arc<Job>> {
         }
         // Oldest first by start time (Jobs never started last), then name.
         finished.sort_by(|a, b| {
-            let start = |j: &Job| j.status.as_ref().and_then(|s| s.start_time.clone()).map(|t| t.0);
+            let start = |j: &Job| {
+                j.status
+                    .as_ref()
+                    .and_then(|s| s.start_time.clone())
+                    .map(|t| t.0)
+            };
             match (start(a), start(b)) {
                 (Some(x), Some(y)) if x != y => x.cmp(&y),
                 (Some(_), None) => std::cmp::Ordering::Less,

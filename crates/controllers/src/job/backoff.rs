@@ -150,13 +150,21 @@ mod tests {
         assert_eq!(remaining(&rec(20), now), MAX_BACKOFF);
         let later = ts("2026-01-01T00:00:04Z");
         assert_eq!(remaining(&rec(1), later), Duration::from_secs(6));
-        assert_eq!(remaining(&rec(1), ts("2026-01-01T00:01:00Z")), Duration::ZERO);
+        assert_eq!(
+            remaining(&rec(1), ts("2026-01-01T00:01:00Z")),
+            Duration::ZERO
+        );
     }
 
     #[test]
     fn record_counts_failures_since_last_success() {
         let now = ts("2026-01-01T00:10:00Z");
-        let r = new_record(BackoffRecord::default(), &[], &[finished("2026-01-01T00:00:05Z")], now);
+        let r = new_record(
+            BackoffRecord::default(),
+            &[],
+            &[finished("2026-01-01T00:00:05Z")],
+            now,
+        );
         assert_eq!(r.failures_after_last_success, 1);
         assert_eq!(r.last_failure_time, Some(ts("2026-01-01T00:00:05Z")));
         let r = new_record(r, &[], &[finished("2026-01-01T00:00:09Z")], now);
@@ -165,7 +173,10 @@ mod tests {
         let r = new_record(
             r,
             &[finished("2026-01-01T00:00:10Z")],
-            &[finished("2026-01-01T00:00:08Z"), finished("2026-01-01T00:00:12Z")],
+            &[
+                finished("2026-01-01T00:00:08Z"),
+                finished("2026-01-01T00:00:12Z"),
+            ],
             now,
         );
         assert_eq!(r.failures_after_last_success, 1);

@@ -231,7 +231,10 @@ mod tests {
         let set: Indexes = [0, 1, 2, 4, 6, 7, 9].into_iter().collect();
         assert_eq!(format(&set), "0-2,4,6,7,9");
         assert_eq!(parse("0-2,4,6,7,9", 10), set);
-        assert_eq!(parse("0-2,4,6,7,9", 7), [0, 1, 2, 4, 6].into_iter().collect());
+        assert_eq!(
+            parse("0-2,4,6,7,9", 7),
+            [0, 1, 2, 4, 6].into_iter().collect()
+        );
         assert_eq!(format(&Indexes::new()), "");
         assert_eq!(parse("", 3), Indexes::new());
         assert_eq!(parse("x,1", 3), [1].into_iter().collect());

@@ -139,11 +139,21 @@ pub(super) async fn manage_job(
                 Ok(p) => {
                     created += 1;
                     let name = p.metadata.name.unwrap_or_default();
-                    ctx.event(job, EventType::Normal, "SuccessfulCreate", &format!("Created pod: {name}"));
+                    ctx.event(
+                        job,
+                        EventType::Normal,
+                        "SuccessfulCreate",
+                        &format!("Created pod: {name}"),
+                    );
                 }
                 Err(e) => {
                     ctx.expectations.observed(key, 1, 0);
-                    ctx.event(job, EventType::Warning, "FailedCreate", &format!("Error creating: {e}"));
+                    ctx.event(
+                        job,
+                        EventType::Warning,
+                        "FailedCreate",
+                        &format!("Error creating: {e}"),
+                    );
                     first_err.get_or_insert(e.to_string());
                 }
             }

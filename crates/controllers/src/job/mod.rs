@@ -141,9 +141,12 @@ pub async fn run(client: kube::Client, factory: &SharedInformerFactory, workers:
                 let uid = job.metadata.uid.as_deref().unwrap_or("");
                 let ns = job.metadata.namespace.as_deref().unwrap_or("");
                 for pod in c3.pods.list_namespace(ns) {
-                    let owned = pod.metadata.owner_references.iter().flatten().any(|r| {
-                        r.controller == Some(true) && r.uid == uid
-                    });
+                    let owned = pod
+                        .metadata
+                        .owner_references
+                        .iter()
+                        .flatten()
+                        .any(|r| r.controller == Some(true) && r.uid == uid);
                     if owned {
                         enqueue_orphan_if_tracked(&c3, &pod);
                     }
@@ -155,7 +158,7 @@ pub async fn run(client: kube::Client, factory: &SharedInformerFactory, workers:
         EventHandlerFuncs::new()
             .on_add(move |p: &Arc<Pod>, _| {
                 if p.metadata.deletion_timestamp.is_some() {
-                    pod_deleted(&c1, p, false);
+                    pod_deleted(&c1, p);
                     return;
                 }
                 match controlling_job(&c1, p) {
@@ -176,7 +179,7 @@ pub async fn run(client: kube::Client, factory: &SharedInformerFactory, workers:
                     return;
                 }
                 if new.metadata.deletion_timestamp.is_some() {
-                    pod_deleted(&c2, new, false);
+                    pod_deleted(&c2, new);
                     return;
                 }
                 let removed = !sync::has_tracking_finalizer(new);
@@ -196,7 +199,7 @@ pub async fn run(client: kube::Client, factory: &SharedInformerFactory, workers:
                     enqueue_matching(&c2, new);
                 }
             })
-            .on_delete(move |d| pod_deleted(&c3, d.object(), true)),
+            .on_delete(move |d| pod_deleted(&c3, d.object())),
     );
     factory.start();
     factory.wait_for_cache_sync().await;
@@ -227,7 +230,7 @@ fn has_controller(pod: &Pod) -> bool {
 
 /// Upstream `deletePod`: a deleted (or deleting) pod satisfies a delete expectation; the pods of a
 /// gone or finished Job lose the finalizer through the orphan queue.
-fn pod_deleted(ctx: &Ctx, pod: &Pod, final_delete: bool) {
+fn pod_deleted(ctx: &Ctx, pod: &Pod) {
     let Some(job) = controlling_job(ctx, pod) else {
         enqueue_orphan_if_tracked(ctx, pod);
         return;
@@ -237,7 +240,6 @@ fn pod_deleted(ctx: &Ctx, pod: &Pod, final_delete: bool) {
         return;
     }
     let key = key_of(&job);
-    let _ = final_delete;
     ctx.expectations.observed(&key, 0, 1);
     if !sync::has_tracking_finalizer(pod) {
         ctx.removal_observed(&key, pod.metadata.uid.as_deref().unwrap_or(""));
@@ -295,7 +297,8 @@ async fn remove_finalizer(ctx: &Ctx, ns: &str, name: &str, pod: &Pod) -> Result<
         return Ok(());
     }
     let api: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
-    let patch = json!({"metadata": {"$deleteFromPrimitiveList/finalizers": [sync::TRACKING_FINALIZER]}});
+    let patch =
+        json!({"metadata": {"$deleteFromPrimitiveList/finalizers": [sync::TRACKING_FINALIZER]}});
     match api
         .patch(name, &PatchParams::default(), &Patch::Strategic(&patch))
         .await
@@ -363,14 +366,21 @@ async fn sync_job(ctx: &Ctx, key: &str) -> Result<(), String> {
         return Ok(());
     };
     let spec = shared.spec.clone().unwrap_or_default();
-    if spec.managed_by.as_deref().is_some_and(|m| m != CONTROLLER_NAME) {
+    if spec
+        .managed_by
+        .as_deref()
+        .is_some_and(|m| m != CONTROLLER_NAME)
+    {
         return Ok(());
     }
     if sync::is_finished(&shared) {
         ctx.backoff.remove(key);
         return Ok(());
     }
-    if !matches!(spec.completion_mode.as_deref(), None | Some("NonIndexed" | "Indexed")) {
+    if !matches!(
+        spec.completion_mode.as_deref(),
+        None | Some("NonIndexed" | "Indexed")
+    ) {
         ctx.event(
             &shared,
             EventType::Warning,
@@ -390,7 +400,11 @@ async fn sync_job(ctx: &Ctx, key: &str) -> Result<(), String> {
     // being missed.
     let satisfied = ctx.expectations.satisfied(key);
     let pods = pods_for_job(ctx, &job).await?;
-    let active_pods: Vec<Arc<Pod>> = pods.iter().filter(|p| sync::is_active(p)).cloned().collect();
+    let active_pods: Vec<Arc<Pod>> = pods
+        .iter()
+        .filter(|p| sync::is_active(p))
+        .cloned()
+        .collect();
     let expected_rm = ctx.removing().get(key).cloned().unwrap_or_default();
     let mut jc = JobCtx {
         ready: active_pods.iter().filter(|p| sync::is_ready(p)).count() as i32,
@@ -424,8 +438,7 @@ async fn sync_job(ctx: &Ctx, key: &str) -> Result<(), String> {
     let mut succeeded = status.succeeded.unwrap_or(0)
         + new_succeeded.len() as i32
         + jc.uncounted_succeeded.len() as i32;
-    let failed =
-        status.failed.unwrap_or(0) + counted_failures + jc.uncounted_failed.len() as i32;
+    let failed = status.failed.unwrap_or(0) + counted_failures + jc.uncounted_failed.len() as i32;
     if status.start_time.is_none() && !sync::is_suspended(&job) {
         job.status.get_or_insert_with(Default::default).start_time = Some(Time(now));
     }
@@ -435,10 +448,18 @@ async fn sync_job(ctx: &Ctx, key: &str) -> Result<(), String> {
         .filter(|c| c.status == "True")
         .cloned();
     if jc.finished.is_none() {
-        if let Some(target) = sync::find_condition(&job, "FailureTarget").filter(|c| c.status == "True") {
+        if let Some(target) =
+            sync::find_condition(&job, "FailureTarget").filter(|c| c.status == "True")
+        {
             jc.finished = Some(failed_from_target(target, now));
         } else if let Some(msg) = fail_job_message(&job, &jc.pods) {
-            jc.finished = Some(sync::new_condition("FailureTarget", "True", "PodFailurePolicy", &msg, now));
+            jc.finished = Some(sync::new_condition(
+                "FailureTarget",
+                "True",
+                "PodFailurePolicy",
+                &msg,
+                now,
+            ));
         }
     }
     if jc.finished.is_none() {
@@ -468,7 +489,8 @@ async fn sync_job(ctx: &Ctx, key: &str) -> Result<(), String> {
         }
     }
     if indexed::is_indexed(&job) {
-        (jc.prev_succeeded_indexes, jc.succeeded_indexes) = indexed::succeeded_indexes(&job, &jc.pods);
+        (jc.prev_succeeded_indexes, jc.succeeded_indexes) =
+            indexed::succeeded_indexes(&job, &jc.pods);
         succeeded = jc.succeeded_indexes.len() as i32;
         if jc.finished.is_none() {
             let completions = spec.completions.unwrap_or(0);
@@ -477,7 +499,13 @@ async fn sync_job(ctx: &Ctx, key: &str) -> Result<(), String> {
                 completions,
                 &jc.succeeded_indexes,
             ) {
-                jc.finished = Some(sync::new_condition("SuccessCriteriaMet", "True", "SuccessPolicy", &msg, now));
+                jc.finished = Some(sync::new_condition(
+                    "SuccessCriteriaMet",
+                    "True",
+                    "SuccessPolicy",
+                    &msg,
+                    now,
+                ));
             }
         }
     }
@@ -594,7 +622,12 @@ async fn delete_pod(ctx: &Ctx, job: &Job, pod: &Pod) -> Result<(), String> {
     let api: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
     match api.delete(name, &DeleteParams::default()).await {
         Ok(_) => {
-            ctx.event(job, EventType::Normal, "SuccessfulDelete", &format!("Deleted pod: {name}"));
+            ctx.event(
+                job,
+                EventType::Normal,
+                "SuccessfulDelete",
+                &format!("Deleted pod: {name}"),
+            );
             Ok(())
         }
         Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),

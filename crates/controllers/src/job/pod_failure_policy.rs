@@ -167,7 +167,9 @@ mod tests {
 
     #[test]
     fn zero_exit_code_never_matches() {
-        let p = policy(json!([{"action": "FailJob", "onExitCodes": {"operator": "NotIn", "values": [1]}}]));
+        let p = policy(
+            json!([{"action": "FailJob", "onExitCodes": {"operator": "NotIn", "values": [1]}}]),
+        );
         assert_eq!(matches(Some(&p), &failed_pod(0, json!([]))).fail_job, None);
     }
 }

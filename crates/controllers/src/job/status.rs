@@ -85,8 +85,8 @@ pub(super) async fn track_status_and_remove_finalizers(
             }
         } else if failed || failing {
             // A finishing Job counts every pod that did not succeed as failed.
-            let index_ok = !is_indexed
-                || indexed::completion_index(pod).is_some_and(|ix| ix < completions);
+            let index_ok =
+                !is_indexed || indexed::completion_index(pod).is_some_and(|ix| ix < completions);
             if !jc.uncounted_failed.contains(uid(pod))
                 && index_ok
                 && pod_failure_policy::matches(policy.as_ref(), pod).count
@@ -107,10 +107,16 @@ pub(super) async fn track_status_and_remove_finalizers(
         .uncounted_terminated_pods
         .get_or_insert_with(Default::default);
     if !add_succeeded.is_empty() {
-        uncounted.succeeded.get_or_insert_with(Vec::new).extend(add_succeeded);
+        uncounted
+            .succeeded
+            .get_or_insert_with(Vec::new)
+            .extend(add_succeeded);
     }
     if !add_failed.is_empty() {
-        uncounted.failed.get_or_insert_with(Vec::new).extend(add_failed);
+        uncounted
+            .failed
+            .get_or_insert_with(Vec::new)
+            .extend(add_failed);
     }
     if is_indexed {
         jc.succeeded_indexes.extend(new_indexes);
@@ -118,7 +124,8 @@ pub(super) async fn track_status_and_remove_finalizers(
         if s != status.completed_indexes.as_deref().unwrap_or("") {
             needs_flush = true;
         }
-        status.succeeded = (!jc.succeeded_indexes.is_empty()).then_some(jc.succeeded_indexes.len() as i32);
+        status.succeeded =
+            (!jc.succeeded_indexes.is_empty()).then_some(jc.succeeded_indexes.len() as i32);
         status.completed_indexes = (!s.is_empty()).then_some(s);
     }
     if let Some(finished) = jc.finished.take() {

@@ -97,7 +97,13 @@ pub fn is_suspended(job: &Job) -> bool {
     job.spec.as_ref().and_then(|s| s.suspend) == Some(true)
 }
 
-pub fn new_condition(type_: &str, status: &str, reason: &str, message: &str, now: Timestamp) -> JobCondition {
+pub fn new_condition(
+    type_: &str,
+    status: &str,
+    reason: &str,
+    message: &str,
+    now: Timestamp,
+) -> JobCondition {
     JobCondition {
         type_: type_.into(),
         status: status.into(),
@@ -293,7 +299,9 @@ pub fn uncounted_sets(status: &JobStatus) -> (HashSet<String>, HashSet<String>) 
 /// from `uncountedTerminatedPods` into the counters. Returns whether the status changed.
 pub fn clean_uncounted(status: &mut JobStatus, with_finalizer: &HashSet<String>) -> bool {
     let mut changed = false;
-    let u = status.uncounted_terminated_pods.get_or_insert_with(Default::default);
+    let u = status
+        .uncounted_terminated_pods
+        .get_or_insert_with(Default::default);
     let mut moved = [0i32; 2];
     for (i, list) in [&mut u.succeeded, &mut u.failed].into_iter().enumerate() {
         let Some(v) = list.as_mut() else { continue };
@@ -364,3 +372,279 @@ pub fn sort_by_index(pods: &mut [Arc<Pod>]) {
     pods.sort_by_key(|p| indexed::completion_index(p).unwrap_or(i32::MAX));
 }
 
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn job(spec: serde_json::Value, status: serde_json::Value) -> Job {
+        let mut full = json!({"template": {"spec": {"containers": [], "restartPolicy": "Never"}}});
+        for (k, v) in spec.as_object().unwrap() {
+            full[k] = v.clone();
+        }
+        serde_json::from_value(
+            json!({"metadata": {"name": "j", "namespace": "ns", "uid": "u"},
+            "spec": full, "status": status}),
+        )
+        .unwrap()
+    }
+
+    fn pod(name: &str, phase: &str, extra: serde_json::Value) -> Arc<Pod> {
+        let mut p = json!({"metadata": {"name": name, "uid": name, "finalizers": [TRACKING_FINALIZER]},
+            "status": {"phase": phase}});
+        if let Some(m) = extra.get("metadata") {
+            for (k, v) in m.as_object().unwrap() {
+                p["metadata"][k] = v.clone();
+            }
+        }
+        if let Some(s) = extra.get("status") {
+            for (k, v) in s.as_object().unwrap() {
+                p["status"][k] = v.clone();
+            }
+        }
+        Arc::new(serde_json::from_value(p).unwrap())
+    }
+
+    #[test]
+    fn wanted_pods() {
+        let j = job(json!({"parallelism": 2, "completions": 5}), json!({}));
+        assert_eq!(want_active(&j, 0, 0), 2);
+        assert_eq!(want_active(&j, 2, 4), 1);
+        assert_eq!(want_active(&j, 0, 5), 0);
+        assert_eq!(want_active(&j, 0, 7), 0);
+        let work_queue = job(json!({"parallelism": 3}), json!({}));
+        assert_eq!(want_active(&work_queue, 1, 0), 3);
+        // After one success a work-queue Job only lets the running pods finish.
+        assert_eq!(want_active(&work_queue, 1, 1), 1);
+    }
+
+    #[test]
+    fn failed_and_terminating_pods() {
+        let deleting = json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:00Z"}});
+        let default = job(json!({}), json!({}));
+        assert!(is_pod_failed(&pod("a", "Failed", json!({})), &default));
+        assert!(is_pod_failed(
+            &pod("b", "Running", deleting.clone()),
+            &default
+        ));
+        assert!(!is_pod_failed(
+            &pod("c", "Succeeded", deleting.clone()),
+            &default
+        ));
+        assert!(is_terminating(&pod("b", "Running", deleting.clone())));
+        assert!(!is_active(&pod("b", "Running", deleting.clone())));
+        // podReplacementPolicy Failed (or a pod failure policy): terminating is not failed.
+        let failed_only = job(json!({"podReplacementPolicy": "Failed"}), json!({}));
+        assert!(!is_pod_failed(
+            &pod("b", "Running", deleting.clone()),
+            &failed_only
+        ));
+        let with_policy = job(json!({"podFailurePolicy": {"rules": []}}), json!({}));
+        assert!(!is_pod_failed(&pod("b", "Running", deleting), &with_policy));
+    }
+
+    #[test]
+    fn restarts_count_against_the_limit_with_on_failure() {
+        let restarted = |n: i32| {
+            pod(
+                "r",
+                "Running",
+                json!({"status": {"containerStatuses": [{"name": "c", "image": "x",
+                "imageID": "", "ready": true, "restartCount": n}]}}),
+            )
+        };
+        let mut j = job(json!({"backoffLimit": 2}), json!({}));
+        assert!(!past_backoff_limit_on_failure(&j, &[restarted(5)]));
+        j.spec
+            .as_mut()
+            .unwrap()
+            .template
+            .spec
+            .as_mut()
+            .unwrap()
+            .restart_policy = Some("OnFailure".into());
+        assert!(!past_backoff_limit_on_failure(&j, &[restarted(1)]));
+        assert!(past_backoff_limit_on_failure(
+            &j,
+            &[restarted(1), restarted(1)]
+        ));
+        j.spec.as_mut().unwrap().backoff_limit = Some(0);
+        assert!(past_backoff_limit_on_failure(&j, &[restarted(1)]));
+        assert!(!past_backoff_limit_on_failure(&j, &[restarted(0)]));
+    }
+
+    #[test]
+    fn active_deadline() {
+        let now: Timestamp = "2026-01-01T00:00:10Z".parse().unwrap();
+        let j = job(
+            json!({"activeDeadlineSeconds": 15}),
+            json!({"startTime": "2026-01-01T00:00:00Z"}),
+        );
+        assert_eq!(deadline_remaining(&j, now), Some(Duration::from_secs(5)));
+        let late = job(
+            json!({"activeDeadlineSeconds": 5}),
+            json!({"startTime": "2026-01-01T00:00:00Z"}),
+        );
+        assert_eq!(deadline_remaining(&late, now), Some(Duration::ZERO));
+        let suspended = job(
+            json!({"activeDeadlineSeconds": 5, "suspend": true}),
+            json!({"startTime": "2026-01-01T00:00:00Z"}),
+        );
+        assert_eq!(deadline_remaining(&suspended, now), None);
+        assert_eq!(deadline_remaining(&job(json!({}), json!({})), now), None);
+    }
+
+    #[test]
+    fn conditions_are_ensured_as_upstream() {
+        let now = Timestamp::UNIX_EPOCH;
+        let mut list = Vec::new();
+        // A new False condition is not added.
+        assert!(!ensure_condition(
+            &mut list,
+            "Suspended",
+            "False",
+            "JobResumed",
+            "Job resumed",
+            now
+        ));
+        assert!(ensure_condition(
+            &mut list,
+            "Suspended",
+            "True",
+            "JobSuspended",
+            "Job suspended",
+            now
+        ));
+        assert!(!ensure_condition(
+            &mut list,
+            "Suspended",
+            "True",
+            "JobSuspended",
+            "Job suspended",
+            now
+        ));
+        assert!(ensure_condition(
+            &mut list,
+            "Suspended",
+            "False",
+            "JobResumed",
+            "Job resumed",
+            now
+        ));
+        assert_eq!(list.len(), 1);
+        assert_eq!(list[0].reason.as_deref(), Some("JobResumed"));
+    }
+
+    #[test]
+    fn uncounted_pods_move_into_counters_once_their_finalizer_is_gone() {
+        let mut status: JobStatus = serde_json::from_value(json!({"succeeded": 2, "failed": 1,
+            "uncountedTerminatedPods": {"succeeded": ["a", "b"], "failed": ["c"]}}))
+        .unwrap();
+        let with: HashSet<String> = ["b".to_string()].into_iter().collect();
+        assert!(clean_uncounted(&mut status, &with));
+        assert_eq!((status.succeeded, status.failed), (Some(3), Some(2)));
+        let u = status.uncounted_terminated_pods.as_ref().unwrap();
+        assert_eq!(
+            (u.succeeded.clone(), u.failed.clone()),
+            (Some(vec!["b".to_string()]), None)
+        );
+        assert!(!clean_uncounted(&mut status, &with));
+    }
+
+    #[test]
+    fn removal_prefers_duplicate_indexes_then_least_progressed() {
+        let indexed = job(
+            json!({"completionMode": "Indexed", "completions": 3}),
+            json!({}),
+        );
+        let ix = |name: &str, i: &str, phase: &str| {
+            pod(
+                name,
+                phase,
+                json!({"metadata": {"annotations": {indexed::COMPLETION_INDEX: i}}}),
+            )
+        };
+        let pods = vec![
+            ix("a", "0", "Running"),
+            ix("b", "0", "Pending"),
+            ix("c", "1", "Running"),
+            ix("d", "7", "Running"),
+        ];
+        let names = |v: Vec<Arc<Pod>>| {
+            let mut n: Vec<String> = v.iter().map(|p| p.metadata.name.clone().unwrap()).collect();
+            n.sort();
+            n
+        };
+        assert_eq!(names(pods_for_removal(&indexed, &pods, 0)), ["b", "d"]);
+        let plain = job(json!({}), json!({}));
+        let pods = vec![
+            pod("run", "Running", json!({})),
+            pod("pend", "Pending", json!({})),
+        ];
+        assert_eq!(names(pods_for_removal(&plain, &pods, 1)), ["pend"]);
+    }
+
+    #[test]
+    fn pods_from_the_template() {
+        let j = job(
+            json!({"completionMode": "Indexed", "completions": 3,
+            "template": {"metadata": {"labels": {"job-name": "j"}, "finalizers": ["x"]},
+                "spec": {"containers": [{"name": "c"}], "restartPolicy": "Never"}}}),
+            json!({}),
+        );
+        let p = serde_json::to_value(pod_from_template(&j, Some(2))).unwrap();
+        assert_eq!(p["metadata"]["generateName"], "j-2-");
+        assert_eq!(
+            p["metadata"]["finalizers"],
+            json!(["x", TRACKING_FINALIZER])
+        );
+        assert_eq!(p["metadata"]["annotations"][indexed::COMPLETION_INDEX], "2");
+        assert_eq!(p["metadata"]["labels"][indexed::COMPLETION_INDEX], "2");
+        assert_eq!(p["metadata"]["labels"]["job-name"], "j");
+        assert_eq!(p["metadata"]["ownerReferences"][0]["kind"], "Job");
+        assert_eq!(p["metadata"]["ownerReferences"][0]["controller"], true);
+        assert_eq!(p["spec"]["hostname"], "j-2");
+        assert_eq!(
+            p["spec"]["containers"][0]["env"][0]["name"],
+            indexed::COMPLETION_INDEX_ENV
+        );
+        let plain = job(json!({}), json!({}));
+        let p = serde_json::to_value(pod_from_template(&plain, None)).unwrap();
+        assert_eq!(p["metadata"]["generateName"], "j-");
+        assert!(p["spec"].get("hostname").is_none());
+    }
+
+    #[test]
+    fn claim_adopts_orphans_with_the_finalizer_and_releases_strays() {
+        let j = job(
+            json!({"selector": {"matchLabels": {"app": "x"}}}),
+            json!({}),
+        );
+        let sel = apimachinery::labels::selector_from_label_selector(
+            &json!({"matchLabels": {"app": "x"}}),
+        )
+        .unwrap();
+        let owned = json!({"metadata": {"labels": {"app": "x"}, "ownerReferences": [{"apiVersion": "batch/v1",
+            "kind": "Job", "name": "j", "uid": "u", "controller": true}]}});
+        let stray = json!({"metadata": {"labels": {"app": "y"}, "ownerReferences": [{"apiVersion": "batch/v1",
+            "kind": "Job", "name": "j", "uid": "u", "controller": true}]}});
+        let orphan = pod(
+            "o",
+            "Running",
+            json!({"metadata": {"labels": {"app": "x"}, "finalizers": []}}),
+        );
+        let c = claim(
+            &j,
+            &sel,
+            &[
+                pod("a", "Running", owned),
+                pod("s", "Running", stray),
+                orphan,
+            ],
+        );
+        assert_eq!(c.owned.len(), 2);
+        assert_eq!(c.release.len(), 1);
+        assert_eq!(c.adopt.len(), 1);
+        assert!(has_tracking_finalizer(&c.owned[1]));
+    }
+}

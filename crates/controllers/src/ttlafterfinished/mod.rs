@@ -30,7 +30,8 @@ pub fn expire_at(job: &Job) -> Option<Timestamp> {
         .iter()
         .find(|c| (c.type_ == "Complete" || c.type_ == "Failed") && c.status == "True")?;
     let at = finished.last_transition_time.as_ref()?.0;
-    at.checked_add(jiff::SignedDuration::from_secs(i64::from(ttl))).ok()
+    at.checked_add(jiff::SignedDuration::from_secs(i64::from(ttl)))
+        .ok()
 }
 
 /// Time left before the Job expires (zero once expired).
@@ -133,7 +134,8 @@ mod tests {
             j["spec"]["ttlSecondsAfterFinished"] = json!(t);
         }
         if let Some((t, s)) = cond {
-            j["status"]["conditions"] = json!([{"type": t, "status": s, "lastTransitionTime": "2026-01-01T00:00:00Z"}]);
+            j["status"]["conditions"] =
+                json!([{"type": t, "status": s, "lastTransitionTime": "2026-01-01T00:00:00Z"}]);
         }
         if deleting {
             j["metadata"]["deletionTimestamp"] = json!("2026-01-01T00:00:05Z");
@@ -144,13 +146,37 @@ mod tests {
     #[test]
     fn expiry_after_finish() {
         let now: Timestamp = "2026-01-01T00:00:04Z".parse().unwrap();
-        assert_eq!(time_left(&job(Some(10), Some(("Complete", "True")), false), now), Some(Duration::from_secs(6)));
-        assert_eq!(time_left(&job(Some(3), Some(("Failed", "True")), false), now), Some(Duration::ZERO));
-        assert_eq!(time_left(&job(Some(0), Some(("Complete", "True")), false), now), Some(Duration::ZERO));
-        assert_eq!(time_left(&job(None, Some(("Complete", "True")), false), now), None);
-        assert_eq!(time_left(&job(Some(3), Some(("Complete", "False")), false), now), None);
-        assert_eq!(time_left(&job(Some(3), Some(("SuccessCriteriaMet", "True")), false), now), None);
+        assert_eq!(
+            time_left(&job(Some(10), Some(("Complete", "True")), false), now),
+            Some(Duration::from_secs(6))
+        );
+        assert_eq!(
+            time_left(&job(Some(3), Some(("Failed", "True")), false), now),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(
+            time_left(&job(Some(0), Some(("Complete", "True")), false), now),
+            Some(Duration::ZERO)
+        );
+        assert_eq!(
+            time_left(&job(None, Some(("Complete", "True")), false), now),
+            None
+        );
+        assert_eq!(
+            time_left(&job(Some(3), Some(("Complete", "False")), false), now),
+            None
+        );
+        assert_eq!(
+            time_left(
+                &job(Some(3), Some(("SuccessCriteriaMet", "True")), false),
+                now
+            ),
+            None
+        );
         assert_eq!(time_left(&job(Some(3), None, false), now), None);
-        assert_eq!(time_left(&job(Some(3), Some(("Complete", "True")), true), now), None);
+        assert_eq!(
+            time_left(&job(Some(3), Some(("Complete", "True")), true), now),
+            None
+        );
     }
 }

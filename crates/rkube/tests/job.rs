@@ -276,6 +276,17 @@ fn jobs_suspend_deadline_failure_policy_and_ttl() {
             quick_exit,
         )),
     );
+    let per_index =
+        "  completionMode: Indexed\n  completions: 2\n  parallelism: 2\n  backoffLimitPerIndex: 1";
+    c.kubectl_in(
+        &["apply", "-f", "-"],
+        Some(&job(
+            "perindex",
+            per_index,
+            "        sim.rkube.io/run-for: 500ms\n        sim.rkube.io/exit-code: \"1\"",
+            quick_exit,
+        )),
+    );
     let t = Duration::from_secs(30);
 
     // Suspend: the pods go, the Suspended condition comes; resume: pods again, startTime reset.
@@ -358,6 +369,23 @@ fn jobs_suspend_deadline_failure_policy_and_ttl() {
         get(&c, "job/policy", "{.status.failed} {.status.conditions[?(@.type==\"Failed\")].reason}: {.status.conditions[?(@.type==\"Failed\")].message}"),
         format!("1 PodFailurePolicy: Container main for pod default/{pod} failed with exit code 42 matching FailJob rule at index 0")
     );
+
+    // backoffLimitPerIndex 1: each index fails twice (the retry after its own 10 s backoff, carrying
+    // the failure count), then the Job fails with both indexes failed.
+    c.kubectl(&[
+        "wait",
+        "--for=condition=failed",
+        "job/perindex",
+        "--timeout=40s",
+    ]);
+    assert_eq!(
+        get(&c, "job/perindex", "{.status.failed} {.status.failedIndexes} {.status.conditions[?(@.type==\"Failed\")].reason}"),
+        "4 0,1 FailedIndexes"
+    );
+    let counts = get(&c, "pods", "{range .items[?(@.metadata.labels.job-name==\"perindex\")]}{.metadata.annotations.batch\\.kubernetes\\.io/job-completion-index}:{.metadata.annotations.batch\\.kubernetes\\.io/job-index-failure-count} {end}");
+    let mut counts: Vec<&str> = counts.split_whitespace().collect();
+    counts.sort();
+    assert_eq!(counts, ["0:0", "0:1", "1:0", "1:1"]);
 
     // ttlSecondsAfterFinished: the finished Job is deleted (foreground: it is marked for deletion and
     // goes once the garbage collector has removed its pods).

@@ -100,17 +100,25 @@ pub fn succeeded_indexes(job: &Job, pods: &[Arc<Pod>]) -> (Indexes, Indexes) {
     (prev, all)
 }
 
-/// Upstream `firstPendingIndexes`: the lowest `count` indexes that have neither succeeded nor an
-/// active pod.
+/// Upstream `firstPendingIndexes`: the lowest `count` indexes that have not succeeded or failed and
+/// have no active pod (nor a terminating one, when only failed pods are replaced).
 pub fn first_pending(
     job: &Job,
-    active: &[Arc<Pod>],
+    pods: &[Arc<Pod>],
     succeeded: &Indexes,
+    failed: Option<&Indexes>,
     count: usize,
 ) -> Vec<i32> {
-    let busy: BTreeSet<i32> = active.iter().filter_map(|p| valid_index(job, p)).collect();
+    let only_failed = super::sync::only_replace_failed(job);
+    let busy: BTreeSet<i32> = pods
+        .iter()
+        .filter(|p| super::sync::is_active(p) || (only_failed && super::sync::is_terminating(p)))
+        .filter_map(|p| completion_index(p))
+        .collect();
     (0..completions(job))
-        .filter(|ix| !succeeded.contains(ix) && !busy.contains(ix))
+        .filter(|ix| {
+            !succeeded.contains(ix) && !busy.contains(ix) && !failed.is_some_and(|f| f.contains(ix))
+        })
         .take(count)
         .collect()
 }
@@ -160,7 +168,8 @@ pub fn add_completion_index_env(template: &mut PodTemplateSpec) {
     };
     let env: k8s_openapi::api::core::v1::EnvVar = serde_json::from_value(json!({
         "name": COMPLETION_INDEX_ENV,
-        "valueFrom": {"fieldRef": {"fieldPath": format!("metadata.annotations['{COMPLETION_INDEX}']")}},
+        // Upstream reads the label since PodIndexLabel (on by default).
+        "valueFrom": {"fieldRef": {"fieldPath": format!("metadata.labels['{COMPLETION_INDEX}']")}},
     }))
     .expect("a valid EnvVar");
     let containers = spec

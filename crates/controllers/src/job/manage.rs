@@ -9,7 +9,9 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::PostParams;
 use kube::Api;
 
-use super::{backoff, delete_pod, indexed, remove_finalizer, sync, Ctx, JobCtx, MAX_CREATE_DELETE};
+use super::{
+    backoff, delete_pod, indexed, per_index, remove_finalizer, sync, Ctx, JobCtx, MAX_CREATE_DELETE,
+};
 
 /// Deletes the active pods of a finishing Job, keeping their finalizers so their results are still
 /// counted. Returns (ready pods deleted, pods deleted, first error).
@@ -102,17 +104,44 @@ pub(super) async fn manage_job(
     if diff <= 0 {
         return (active, Ok(()));
     }
-    let wait = backoff::remaining(&jc.new_backoff, now);
-    if !wait.is_zero() {
-        ctx.queue.add_after(key.to_string(), wait);
-        return (active, Ok(()));
+    let per_index = per_index::limit(job).is_some();
+    if !per_index {
+        let wait = backoff::remaining(&jc.new_backoff, now);
+        if !wait.is_zero() {
+            ctx.queue.add_after(key.to_string(), wait);
+            return (active, Ok(()));
+        }
     }
     diff = diff.min(MAX_CREATE_DELETE as i32);
     let indexes: Vec<Option<i32>> = if indexed::is_indexed(job) {
-        indexed::first_pending(job, active_pods, &jc.succeeded_indexes, diff as usize)
-            .into_iter()
-            .map(Some)
-            .collect()
+        let mut pending = indexed::first_pending(
+            job,
+            &jc.pods,
+            &jc.succeeded_indexes,
+            jc.failed_indexes.as_ref(),
+            diff as usize,
+        );
+        if per_index {
+            // Each index waits out its own backoff; if none is ready, look again at the first.
+            let waits: Vec<_> = pending
+                .iter()
+                .map(|ix| per_index::remaining(jc.delayed.get(ix), now))
+                .collect();
+            let ready: Vec<i32> = pending
+                .iter()
+                .zip(&waits)
+                .filter(|(_, w)| w.is_zero())
+                .map(|(ix, _)| *ix)
+                .collect();
+            if ready.is_empty() {
+                if let Some(wait) = waits.into_iter().min() {
+                    ctx.queue.add_after(key.to_string(), wait);
+                }
+                return (active, Ok(()));
+            }
+            pending = ready;
+        }
+        pending.into_iter().map(Some).collect()
     } else {
         vec![None; diff as usize]
     };
@@ -126,7 +155,14 @@ pub(super) async fn manage_job(
     while done < count {
         let n = batch.min(count - done);
         let results = futures::future::join_all(indexes[done..done + n].iter().map(|ix| {
-            let pod = sync::pod_from_template(job, *ix);
+            let mut pod = sync::pod_from_template(job, *ix);
+            if let (true, Some(ix)) = (per_index, ix) {
+                let annotations = pod
+                    .metadata
+                    .annotations
+                    .get_or_insert_with(Default::default);
+                per_index::add_failure_counts(annotations, job, jc.delayed.get(ix));
+            }
             let api = &api;
             let params = &params;
             async move { api.create(params, &pod).await }

@@ -9,11 +9,11 @@
 //! (pure decisions), [`indexed`] (completion indexes, success policy), [`pod_failure_policy`],
 //! [`backoff`] (delay before replacing failed pods).
 //!
-//! Not done: `backoffLimitPerIndex`/`maxFailedIndexes` (per-index failure counting; a FailIndex rule
-//! counts as a plain failure), `managedBy` other than skipping Jobs managed elsewhere, metrics.
+//! Not done: `managedBy` other than skipping Jobs managed elsewhere, metrics.
 
 pub mod backoff;
 pub mod indexed;
+pub mod per_index;
 pub mod pod_failure_policy;
 pub mod sync;
 
@@ -350,6 +350,10 @@ struct JobCtx {
     finished: Option<JobCondition>,
     prev_succeeded_indexes: indexed::Indexes,
     succeeded_indexes: indexed::Indexes,
+    /// With `backoffLimitPerIndex`: the failed indexes, and per pending index the failed pod whose
+    /// finalizer stays until its replacement exists.
+    failed_indexes: Option<indexed::Indexes>,
+    delayed: std::collections::BTreeMap<i32, Arc<Pod>>,
     new_backoff: backoff::BackoffRecord,
     expected_rm: HashSet<String>,
     uncounted_succeeded: HashSet<String>,
@@ -413,6 +417,8 @@ async fn sync_job(ctx: &Ctx, key: &str) -> Result<(), String> {
         finished: None,
         prev_succeeded_indexes: Default::default(),
         succeeded_indexes: Default::default(),
+        failed_indexes: None,
+        delayed: Default::default(),
         new_backoff: Default::default(),
         expected_rm,
         uncounted_succeeded,
@@ -492,6 +498,42 @@ async fn sync_job(ctx: &Ctx, key: &str) -> Result<(), String> {
         (jc.prev_succeeded_indexes, jc.succeeded_indexes) =
             indexed::succeeded_indexes(&job, &jc.pods);
         succeeded = jc.succeeded_indexes.len() as i32;
+        jc.failed_indexes = per_index::failed_indexes(&job, &jc.pods);
+        if let Some(failed) = &jc.failed_indexes {
+            let completions = spec.completions.unwrap_or(0) as usize;
+            if jc.finished.is_none()
+                && spec
+                    .max_failed_indexes
+                    .is_some_and(|m| failed.len() > m.max(0) as usize)
+            {
+                jc.finished = Some(sync::new_condition(
+                    "FailureTarget",
+                    "True",
+                    "MaxFailedIndexesExceeded",
+                    "Job has exceeded the specified maximal number of failed indexes",
+                    now,
+                ));
+            } else if jc.finished.is_none()
+                && !failed.is_empty()
+                && failed.len() + jc.succeeded_indexes.len() >= completions
+            {
+                jc.finished = Some(sync::new_condition(
+                    "FailureTarget",
+                    "True",
+                    "FailedIndexes",
+                    "Job has failed indexes",
+                    now,
+                ));
+            }
+            jc.delayed = per_index::delayed_deletion(
+                &job,
+                &jc.pods,
+                &jc.succeeded_indexes,
+                failed,
+                &jc.expected_rm,
+                now,
+            );
+        }
         if jc.finished.is_none() {
             let completions = spec.completions.unwrap_or(0);
             if let Some(msg) = indexed::match_success_policy(

@@ -66,8 +66,11 @@ pub(super) async fn track_status_and_remove_finalizers(
         }
         let failed = sync::is_pod_failed(pod, &job);
         let succeeded = sync::phase(pod) == "Succeeded";
-        // Upstream `canRemoveFinalizer` (without the per-index delay).
-        if !(job_deleting || jc.finished.is_some() || succeeded || failed) {
+        // Upstream `canRemoveFinalizer`: a failed pod whose index awaits its replacement stays.
+        let delayed = indexed::completion_index(pod)
+            .and_then(|ix| jc.delayed.get(&ix))
+            .is_some_and(|d| d.metadata.uid == pod.metadata.uid);
+        if !(job_deleting || jc.finished.is_some() || succeeded || (failed && !delayed)) {
             continue;
         }
         to_remove.push(pod.clone());
@@ -127,6 +130,11 @@ pub(super) async fn track_status_and_remove_finalizers(
         status.succeeded =
             (!jc.succeeded_indexes.is_empty()).then_some(jc.succeeded_indexes.len() as i32);
         status.completed_indexes = (!s.is_empty()).then_some(s);
+        let failed = jc.failed_indexes.as_ref().map(indexed::format);
+        if failed != status.failed_indexes {
+            status.failed_indexes = failed;
+            needs_flush = true;
+        }
     }
     if let Some(finished) = jc.finished.take() {
         let conditions = status.conditions.get_or_insert_with(Vec::new);

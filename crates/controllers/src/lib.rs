@@ -3,6 +3,7 @@
 //! [`CONTROLLERS`] under upstream's canonical name (and the short alias older releases used), so
 //! `--controllers` reads as upstream's.
 //!
+//! - [`cronjob`]: creates Jobs on a cron schedule.
 //! - [`daemonset`]: a pod on every eligible node.
 //! - [`deployment`]: rolls Deployments out through ReplicaSets.
 //! - [`disruption`]: PodDisruptionBudget status, which evictions honour.
@@ -11,6 +12,7 @@
 //! - [`endpointslicemirroring`]: EndpointSlices mirroring the custom Endpoints of selectorless Services.
 //! - [`garbagecollector`]: cascading deletion by ownerReferences (background, foreground, orphan).
 //! - [`history`]: ControllerRevisions, for the StatefulSet and DaemonSet controllers.
+//! - [`job`]: runs Jobs' pods to completion.
 //! - [`namespace`]: empties a deleted namespace and finalizes it.
 //! - [`nodeipam`]: gives each node a pod CIDR.
 //! - [`nodelifecycle`]: marks silent nodes Unknown and taints them; [`tainteviction`] evicts the pods
@@ -20,8 +22,10 @@
 //! - [`rootcacertpublisher`]: the `kube-root-ca.crt` ConfigMap in every namespace.
 //! - [`serviceaccount`]: the `default` ServiceAccount in every namespace.
 //! - [`statefulset`]: ordered pods with stable identities and storage.
+//! - [`ttlafterfinished`]: deletes finished Jobs after their TTL.
 
 pub(crate) mod claim;
+pub mod cronjob;
 pub mod daemonset;
 pub mod deployment;
 pub mod disruption;
@@ -30,6 +34,7 @@ pub mod endpointslice;
 pub mod endpointslicemirroring;
 pub mod garbagecollector;
 pub mod history;
+pub mod job;
 pub mod namespace;
 pub mod nodeipam;
 pub mod nodelifecycle;
@@ -39,6 +44,7 @@ pub mod rootcacertpublisher;
 pub mod serviceaccount;
 pub mod statefulset;
 pub mod tainteviction;
+pub mod ttlafterfinished;
 
 use std::sync::Arc;
 
@@ -259,6 +265,30 @@ pub const CONTROLLERS: &[ControllerDescriptor] = &[
         alias: "podgc",
         enabled_by_default: true,
         run: |c| Box::pin(podgc::run(c)),
+    },
+    ControllerDescriptor {
+        name: "job-controller",
+        alias: "job",
+        enabled_by_default: true,
+        run: |c| Box::pin(job::run(c.client.clone(), &c.factory, c.workers)),
+    },
+    ControllerDescriptor {
+        name: "cronjob-controller",
+        alias: "cronjob",
+        enabled_by_default: true,
+        run: |c| Box::pin(cronjob::run(c.client.clone(), &c.factory, c.workers)),
+    },
+    ControllerDescriptor {
+        name: "ttl-after-finished-controller",
+        alias: "ttl-after-finished",
+        enabled_by_default: true,
+        run: |c| {
+            Box::pin(ttlafterfinished::run(
+                c.client.clone(),
+                &c.factory,
+                c.workers,
+            ))
+        },
     },
 ];
 

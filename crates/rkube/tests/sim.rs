@@ -1,7 +1,8 @@
 //! Simulated nodes in `rkube server --sim-nodes 100`: a Deployment's 300 pods, placed by the
 //! scheduler, all run and become Ready with distinct IPs from their nodes' pod CIDRs; deleting some is
-//! confirmed after the grace period (and the ReplicaSet replaces them); a pod that runs for 1 s succeeds; a node whose heartbeats are
-//! stopped lets its Lease go stale, and renews it again once resumed.
+//! confirmed after the grace period (and the ReplicaSet replaces them); a Job whose pods run for 1 s
+//! completes; a node whose heartbeats are stopped lets its Lease go stale, and renews it again once
+//! resumed.
 
 mod support;
 
@@ -10,6 +11,7 @@ use std::net::Ipv4Addr;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams, PostParams};
@@ -170,19 +172,23 @@ fn simulated_nodes_run_pods() {
         .await;
         assert!(started.elapsed() >= Duration::from_secs(1));
 
-        // A pod that runs for a second and succeeds (what a Job's pods do).
-        let job_pod: Pod = serde_json::from_value(json!({
-            "metadata": {"name": "once", "annotations": {"sim.rkube.io/run-for": "1s"}},
-            "spec": {"nodeName": "sim-3", "restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}
+        // A Job whose pods run for a second and succeed completes.
+        let job: Job = serde_json::from_value(json!({
+            "metadata": {"name": "once"},
+            "spec": {"completions": 2, "parallelism": 2, "template": {
+                "metadata": {"annotations": {"sim.rkube.io/run-for": "1s"}},
+                "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "busybox"}]}}}
         }))
         .unwrap();
-        pods.create(&PostParams::default(), &job_pod).await.unwrap();
-        eventually("the pod succeeded", Duration::from_secs(30), || {
-            let pods = pods.clone();
+        let jobs: Api<Job> = Api::namespaced(client.clone(), "default");
+        jobs.create(&PostParams::default(), &job).await.unwrap();
+        eventually("the Job completed", Duration::from_secs(60), || {
+            let jobs = jobs.clone();
             async move {
-                let p = pods.get("once").await.map_err(|e| e.to_string())?;
-                let phase = p.status.and_then(|s| s.phase).unwrap_or_default();
-                (phase == "Succeeded").then_some(()).ok_or(phase)
+                let j = jobs.get("once").await.map_err(|e| e.to_string())?;
+                let status = j.status.unwrap_or_default();
+                let complete = status.conditions.iter().flatten().any(|c| c.type_ == "Complete" && c.status == "True");
+                (complete && status.succeeded == Some(2)).then_some(()).ok_or(format!("{:?} succeeded", status.succeeded))
             }
         })
         .await;

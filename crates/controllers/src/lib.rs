@@ -90,8 +90,8 @@ pub fn index_pods_by_node(informer: &Arc<SharedInformer<Pod>>) {
 /// resource is listed and watched once however many controllers read it.
 pub struct ControllerContext {
     pub client: kube::Client,
-    pub factory: SharedInformerFactory,
-    /// Concurrent syncs per controller (upstream `--concurrent-*-syncs`, 5 by default).
+    pub factory: Arc<SharedInformerFactory>,
+    /// This controller's concurrent syncs (upstream `--concurrent-*-syncs`).
     pub workers: usize,
     /// Settings of individual controllers (upstream's per-controller flags).
     pub options: ControllerOptions,
@@ -100,6 +100,8 @@ pub struct ControllerContext {
 /// The controller-manager flags that individual controllers read.
 #[derive(Clone, Debug)]
 pub struct ControllerOptions {
+    /// Concurrent syncs by controller name, overriding the descriptors' defaults.
+    pub concurrent_syncs: std::collections::BTreeMap<&'static str, usize>,
     pub node_lifecycle: nodelifecycle::Options,
     pub node_ipam: nodeipam::Options,
     /// The CA bundle (PEM) published as `kube-root-ca.crt` (upstream `--root-ca-file`); without
@@ -120,6 +122,7 @@ pub struct ControllerOptions {
 impl Default for ControllerOptions {
     fn default() -> Self {
         ControllerOptions {
+            concurrent_syncs: Default::default(),
             node_lifecycle: nodelifecycle::Options::default(),
             node_ipam: nodeipam::Options::default(),
             root_ca_pem: None,
@@ -140,6 +143,9 @@ pub struct ControllerDescriptor {
     pub alias: &'static str,
     /// Whether `*` includes it.
     pub enabled_by_default: bool,
+    /// Concurrent syncs unless `ControllerOptions::concurrent_syncs` says otherwise (upstream's
+    /// default of its `--concurrent-*-syncs` flag).
+    pub workers: usize,
     /// Runs the controller until the future is dropped.
     pub run: for<'a> fn(&'a ControllerContext) -> BoxFuture<'a, ()>,
 }
@@ -150,12 +156,14 @@ pub const CONTROLLERS: &[ControllerDescriptor] = &[
         name: "replicaset-controller",
         alias: "replicaset",
         enabled_by_default: true,
+        workers: 5,
         run: |c| Box::pin(replicaset::run(c.client.clone(), &c.factory, c.workers)),
     },
     ControllerDescriptor {
         name: "replicationcontroller-controller",
         alias: "replicationcontroller",
         enabled_by_default: true,
+        workers: 5,
         run: |c| {
             Box::pin(replicaset::run_replication_controllers(
                 c.client.clone(),
@@ -168,30 +176,35 @@ pub const CONTROLLERS: &[ControllerDescriptor] = &[
         name: "deployment-controller",
         alias: "deployment",
         enabled_by_default: true,
+        workers: 5,
         run: |c| Box::pin(deployment::run(c.client.clone(), &c.factory, c.workers)),
     },
     ControllerDescriptor {
         name: "statefulset-controller",
         alias: "statefulset",
         enabled_by_default: true,
+        workers: 5,
         run: |c| Box::pin(statefulset::run(c.client.clone(), &c.factory, c.workers)),
     },
     ControllerDescriptor {
         name: "daemonset-controller",
         alias: "daemonset",
         enabled_by_default: true,
+        workers: 2,
         run: |c| Box::pin(daemonset::run(c.client.clone(), &c.factory, c.workers)),
     },
     ControllerDescriptor {
         name: "disruption-controller",
         alias: "disruption",
         enabled_by_default: true,
+        workers: 1,
         run: |c| Box::pin(disruption::run(c.client.clone(), &c.factory, c.workers)),
     },
     ControllerDescriptor {
         name: "node-lifecycle-controller",
         alias: "nodelifecycle",
         enabled_by_default: true,
+        workers: 1,
         run: |c| {
             Box::pin(nodelifecycle::run(
                 c.client.clone(),
@@ -204,6 +217,7 @@ pub const CONTROLLERS: &[ControllerDescriptor] = &[
         name: "node-ipam-controller",
         alias: "nodeipam",
         enabled_by_default: true,
+        workers: 1,
         run: |c| {
             Box::pin(nodeipam::run(
                 c.client.clone(),
@@ -216,72 +230,84 @@ pub const CONTROLLERS: &[ControllerDescriptor] = &[
         name: "taint-eviction-controller",
         alias: "taint-eviction-controller",
         enabled_by_default: true,
+        workers: 8,
         run: |c| Box::pin(tainteviction::run(c.client.clone(), &c.factory, c.workers)),
     },
     ControllerDescriptor {
         name: "garbage-collector-controller",
         alias: "garbagecollector",
         enabled_by_default: true,
-        run: |c| Box::pin(garbagecollector::run(c.client.clone())),
+        workers: 20,
+        run: |c| Box::pin(garbagecollector::run(c.client.clone(), c.workers)),
     },
     ControllerDescriptor {
         name: "namespace-controller",
         alias: "namespace",
         enabled_by_default: true,
-        run: |c| Box::pin(namespace::run(c.client.clone(), &c.factory)),
+        workers: 10,
+        run: |c| Box::pin(namespace::run(c.client.clone(), &c.factory, c.workers)),
     },
     ControllerDescriptor {
         name: "serviceaccount-controller",
         alias: "serviceaccount",
         enabled_by_default: true,
+        workers: 1,
         run: |c| Box::pin(serviceaccount::run(c.client.clone(), &c.factory)),
     },
     ControllerDescriptor {
         name: "root-ca-certificate-publisher-controller",
         alias: "root-ca-cert-publisher",
         enabled_by_default: true,
+        workers: 1,
         run: |c| Box::pin(rootcacertpublisher::run(c)),
     },
     ControllerDescriptor {
         name: "endpoints-controller",
         alias: "endpoint",
         enabled_by_default: true,
+        workers: 5,
         run: |c| Box::pin(endpoint::run(c.client.clone(), &c.factory, c.workers)),
     },
     ControllerDescriptor {
         name: "endpointslice-controller",
         alias: "endpointslice",
         enabled_by_default: true,
+        workers: 5,
         run: |c| Box::pin(endpointslice::run(c)),
     },
     ControllerDescriptor {
         name: "endpointslice-mirroring-controller",
         alias: "endpointslicemirroring",
         enabled_by_default: true,
+        workers: 5,
         run: |c| Box::pin(endpointslicemirroring::run(c)),
     },
     ControllerDescriptor {
         name: "pod-garbage-collector-controller",
         alias: "podgc",
         enabled_by_default: true,
+        workers: 1,
         run: |c| Box::pin(podgc::run(c)),
     },
     ControllerDescriptor {
         name: "job-controller",
         alias: "job",
         enabled_by_default: true,
+        workers: 5,
         run: |c| Box::pin(job::run(c.client.clone(), &c.factory, c.workers)),
     },
     ControllerDescriptor {
         name: "cronjob-controller",
         alias: "cronjob",
         enabled_by_default: true,
+        workers: 5,
         run: |c| Box::pin(cronjob::run(c.client.clone(), &c.factory, c.workers)),
     },
     ControllerDescriptor {
         name: "ttl-after-finished-controller",
         alias: "ttl-after-finished",
         enabled_by_default: true,
+        workers: 5,
         run: |c| {
             Box::pin(ttlafterfinished::run(
                 c.client.clone(),
@@ -342,16 +368,28 @@ pub async fn run_selected(
     selected: Vec<&'static ControllerDescriptor>,
     options: ControllerOptions,
 ) {
-    let ctx = ControllerContext {
-        factory: SharedInformerFactory::new(client.clone(), InformerConfig::new()),
-        client,
-        workers: 5,
-        options,
-    };
-    for c in &selected {
-        tracing::info!(controller = c.name, "starting controller");
-    }
-    futures::future::join_all(selected.iter().map(|c| (c.run)(&ctx))).await;
+    let factory = Arc::new(SharedInformerFactory::new(
+        client.clone(),
+        InformerConfig::new(),
+    ));
+    let contexts: Vec<ControllerContext> = selected
+        .iter()
+        .map(|c| {
+            let workers = options
+                .concurrent_syncs
+                .get(c.name)
+                .copied()
+                .unwrap_or(c.workers);
+            tracing::info!(controller = c.name, workers, "starting controller");
+            ControllerContext {
+                client: client.clone(),
+                factory: factory.clone(),
+                workers,
+                options: options.clone(),
+            }
+        })
+        .collect();
+    futures::future::join_all(selected.iter().zip(&contexts).map(|(c, ctx)| (c.run)(ctx))).await;
 }
 
 /// Runs every controller that is on by default until the future is dropped.

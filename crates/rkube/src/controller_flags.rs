@@ -46,6 +46,45 @@ pub struct ControllerFlags {
     /// Prefix length of each node's pod CIDR (default 24 for IPv4, 64 for IPv6).
     #[arg(long)]
     node_cidr_mask_size: Option<u8>,
+    /// Concurrent syncs: Deployments (default: upstream's).
+    #[arg(long)]
+    concurrent_deployment_syncs: Option<usize>,
+    /// Concurrent syncs: ReplicaSets (default: upstream's).
+    #[arg(long)]
+    concurrent_replicaset_syncs: Option<usize>,
+    /// Concurrent syncs: ReplicationControllers (default: upstream's).
+    #[arg(long)]
+    concurrent_rc_syncs: Option<usize>,
+    /// Concurrent syncs: StatefulSets (default: upstream's).
+    #[arg(long)]
+    concurrent_statefulset_syncs: Option<usize>,
+    /// Concurrent syncs: DaemonSets (default: upstream's).
+    #[arg(long)]
+    concurrent_daemonset_syncs: Option<usize>,
+    /// Concurrent syncs: Jobs (default: upstream's).
+    #[arg(long)]
+    concurrent_job_syncs: Option<usize>,
+    /// Concurrent syncs: CronJobs (default: upstream's).
+    #[arg(long)]
+    concurrent_cron_job_syncs: Option<usize>,
+    /// Concurrent syncs: finished Jobs checked for their TTL (default: upstream's).
+    #[arg(long)]
+    concurrent_ttl_after_finished_syncs: Option<usize>,
+    /// Concurrent syncs: Services whose Endpoints are synced (default: upstream's).
+    #[arg(long)]
+    concurrent_endpoint_syncs: Option<usize>,
+    /// Concurrent syncs: Services whose EndpointSlices are synced (default: upstream's).
+    #[arg(long)]
+    concurrent_service_endpoint_syncs: Option<usize>,
+    /// Concurrent syncs: Services whose Endpoints are mirrored (default: upstream's).
+    #[arg(long)]
+    mirroring_concurrent_service_endpoint_syncs: Option<usize>,
+    /// Concurrent syncs: garbage collector workers (default: upstream's).
+    #[arg(long)]
+    concurrent_gc_syncs: Option<usize>,
+    /// Concurrent syncs: namespaces being emptied (default: upstream's).
+    #[arg(long)]
+    concurrent_namespace_syncs: Option<usize>,
     /// CA bundle published in every namespace as the `kube-root-ca.crt` ConfigMap (default: the
     /// certificate authority of the kubeconfig the controllers use).
     #[arg(long)]
@@ -90,7 +129,35 @@ impl ControllerFlags {
             ),
             None => kubeconfig_ca(kubeconfig),
         };
+        let concurrent_syncs = [
+            ("deployment-controller", self.concurrent_deployment_syncs),
+            ("replicaset-controller", self.concurrent_replicaset_syncs),
+            ("replicationcontroller-controller", self.concurrent_rc_syncs),
+            ("statefulset-controller", self.concurrent_statefulset_syncs),
+            ("daemonset-controller", self.concurrent_daemonset_syncs),
+            ("job-controller", self.concurrent_job_syncs),
+            ("cronjob-controller", self.concurrent_cron_job_syncs),
+            (
+                "ttl-after-finished-controller",
+                self.concurrent_ttl_after_finished_syncs,
+            ),
+            ("endpoints-controller", self.concurrent_endpoint_syncs),
+            (
+                "endpointslice-controller",
+                self.concurrent_service_endpoint_syncs,
+            ),
+            (
+                "endpointslice-mirroring-controller",
+                self.mirroring_concurrent_service_endpoint_syncs,
+            ),
+            ("garbage-collector-controller", self.concurrent_gc_syncs),
+            ("namespace-controller", self.concurrent_namespace_syncs),
+        ]
+        .into_iter()
+        .filter_map(|(name, n)| Some((name, n?)))
+        .collect();
         Ok(controllers::ControllerOptions {
+            concurrent_syncs,
             root_ca_pem,
             max_endpoints_per_slice: self.max_endpoints_per_slice,
             mirroring_max_endpoints_per_subset: self.mirroring_max_endpoints_per_subset,

@@ -72,7 +72,9 @@ enum Outcome {
     ClusterScopedWithNamespacedOwner,
 }
 
-pub async fn run(client: Client) {
+/// Runs the collector with `workers` deleting and as many orphaning workers (upstream
+/// `--concurrent-gc-syncs`).
+pub async fn run(client: Client, workers: usize) {
     let broadcaster = EventBroadcaster::new();
     broadcaster.start_recording_to_sink(ApiEventSink::new(client.clone()));
     let (tx, mut rx) = mpsc::unbounded_channel();
@@ -126,11 +128,11 @@ pub async fn run(client: Client) {
     let delete_controller = Controller::new("garbagecollector", gc.attempt_to_delete.clone());
     let orphan_controller =
         Controller::new("garbagecollector-orphan", gc.attempt_to_orphan.clone());
-    let deleters = delete_controller.run(GC_WORKERS, move |uid: String| {
+    let deleters = delete_controller.run(workers, move |uid: String| {
         let gc = d.clone();
         async move { gc.attempt_to_delete_worker(&uid).await }
     });
-    let orphaners = orphan_controller.run(GC_WORKERS, move |uid: String| {
+    let orphaners = orphan_controller.run(workers, move |uid: String| {
         let gc = o.clone();
         async move { gc.attempt_to_orphan_worker(&uid).await }
     });

@@ -17,7 +17,6 @@ use k8s_openapi::api::core::v1::Namespace;
 use deletion::{Deleter, Pending};
 
 /// Upstream `--concurrent-namespace-syncs` default.
-const WORKERS: usize = 10;
 
 fn enqueue_if_deleting(queue: &RateLimitingQueue<String>, ns: &Namespace) {
     if ns.metadata.deletion_timestamp.is_some() {
@@ -27,7 +26,7 @@ fn enqueue_if_deleting(queue: &RateLimitingQueue<String>, ns: &Namespace) {
     }
 }
 
-pub async fn run(client: kube::Client, factory: &SharedInformerFactory) {
+pub async fn run(client: kube::Client, factory: &SharedInformerFactory, workers: usize) {
     let informer = factory.informer::<Namespace>();
     let queue = RateLimitingQueue::with_config(
         default_controller_rate_limiter::<String>(),
@@ -44,7 +43,7 @@ pub async fn run(client: kube::Client, factory: &SharedInformerFactory) {
     let deleter = Arc::new(Deleter::new(client));
     let controller = Controller::new("namespace", queue.clone());
     controller
-        .run(WORKERS, move |name: String| {
+        .run(workers, move |name: String| {
             let (deleter, queue) = (deleter.clone(), queue.clone());
             async move {
                 match deleter.delete(&name).await {

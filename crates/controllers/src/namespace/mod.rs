@@ -16,8 +16,6 @@ use k8s_openapi::api::core::v1::Namespace;
 
 use deletion::{Deleter, Pending};
 
-/// Upstream `--concurrent-namespace-syncs` default.
-
 fn enqueue_if_deleting(queue: &RateLimitingQueue<String>, ns: &Namespace) {
     if ns.metadata.deletion_timestamp.is_some() {
         if let Some(name) = &ns.metadata.name {

@@ -237,11 +237,12 @@ fn deleting_a_namespace_removes_everything_in_it() {
     ]);
     c.kubectl(&["create", "namespace", "doomed"]);
     c.kubectl_in(&["apply", "-n", "doomed", "-f", "-"], Some(CONTENT));
-    // The Deployment's ReplicaSet and both ReplicaSets' pods exist before the deletion.
+    // The Deployment's ReplicaSet, both ReplicaSets' pods and the Job's pod exist before the deletion
+    // (with the bare pod: four).
     wait_until(
         Duration::from_secs(30),
         "controllers to create pods",
-        || listed(&c, "pods", "doomed").lines().count() == 3,
+        || listed(&c, "pods", "doomed").lines().count() == 4,
     );
     for kind in KINDS {
         assert!(

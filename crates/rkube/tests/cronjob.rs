@@ -142,3 +142,120 @@ spec:
         assert!(events.contains(reason), "{reason} missing from {events}");
     }
 }
+
+/// Three CronJobs firing every minute whose Jobs outlive the minute: at the second firing Allow runs
+/// both Jobs, Forbid skips (a `JobAlreadyActive` event) and Replace deletes the running Job for the
+/// new one. Waits for two real firings (up to two minutes).
+#[test]
+fn concurrency_policies_decide_overlapping_runs() {
+    let c = Cluster::start_all(Backend::Sqlite, &["--sim-nodes", "3"]);
+    let manifests: Vec<String> = ["Allow", "Forbid", "Replace"]
+        .iter()
+        .map(|policy| {
+            let name = policy.to_lowercase();
+            format!(
+                r#"apiVersion: batch/v1
+kind: CronJob
+metadata:
+  name: {name}
+spec:
+  schedule: "* * * * *"
+  concurrencyPolicy: {policy}
+  jobTemplate:
+    spec:
+      template:
+        metadata:
+          annotations:
+            sim.rkube.io/run-for: 10m
+        spec:
+          restartPolicy: Never
+          containers:
+          - name: main
+            image: busybox
+"#
+            )
+        })
+        .collect();
+    // All three must be created within one minute, so that their first firings are the same minute:
+    // one apply, not in the last seconds of a minute.
+    let second = jiff::Timestamp::now().as_second() % 60;
+    if second >= 55 {
+        std::thread::sleep(Duration::from_secs((61 - second) as u64));
+    }
+    c.kubectl_in(&["apply", "-f", "-"], Some(&manifests.join("---\n")));
+    let active = |name: &str| get(&c, &format!("cronjob/{name}"), "{.status.active[*].name}");
+    // The first firing: one active Job each, all for the same minute.
+    let first = wait_for(
+        &c,
+        "cronjob/allow",
+        "{.status.active[*].name}",
+        Duration::from_secs(75),
+        |v| !v.is_empty(),
+    );
+    let minute: i64 = first
+        .strip_prefix("allow-")
+        .and_then(|m| m.parse().ok())
+        .unwrap_or_else(|| panic!("job name {first}"));
+    for name in ["forbid", "replace"] {
+        wait_for(
+            &c,
+            &format!("cronjob/{name}"),
+            "{.status.active[*].name}",
+            Duration::from_secs(20),
+            |v| v == format!("{name}-{minute}"),
+        );
+    }
+
+    // The second firing, a minute later.
+    let next = minute + 1;
+    wait_for(
+        &c,
+        "cronjob/allow",
+        "{.status.active[*].name}",
+        Duration::from_secs(80),
+        |v| v == format!("allow-{minute} allow-{next}"),
+    );
+    wait_for(
+        &c,
+        "cronjob/replace",
+        "{.status.active[*].name}",
+        Duration::from_secs(20),
+        |v| v == format!("replace-{next}"),
+    );
+    wait_for(
+        &c,
+        "jobs",
+        "{.items[*].metadata.name}",
+        Duration::from_secs(20),
+        |v| {
+            !v.split_whitespace()
+                .any(|j| j == format!("replace-{minute}"))
+        },
+    );
+    let skipped = || {
+        c.kubectl(&[
+            "get",
+            "events",
+            "--field-selector",
+            "involvedObject.name=forbid,reason=JobAlreadyActive",
+            "-o",
+            "jsonpath={.items[*].message}",
+        ])
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while skipped().is_empty() {
+        assert!(Instant::now() < deadline, "no JobAlreadyActive event");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    assert_eq!(active("forbid"), format!("forbid-{minute}"));
+    assert!(!c
+        .kubectl(&[
+            "get",
+            "job",
+            &format!("forbid-{next}"),
+            "--ignore-not-found",
+            "-o",
+            "name"
+        ])
+        .contains("forbid"));
+}

@@ -225,3 +225,141 @@ fn paused_resized_and_stuck_rollouts_behave_as_upstream() {
         "{sizes}"
     );
 }
+
+/// The rolling-update bounds upstream's e2e checks (`WaitForDeploymentCompleteAndCheckRolling`), at
+/// every change the watches deliver while a 10-replica Deployment with maxSurge 3 and maxUnavailable 2
+/// rolls to a new image: the ReplicaSets' replicas never sum to more than 13 and the Deployment never
+/// reports fewer than 8 available.
+#[test]
+fn rolling_updates_stay_within_surge_and_unavailability() {
+    use futures::{StreamExt, TryStreamExt};
+    use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+    use kube::api::{Api, ListParams, WatchEvent, WatchParams};
+    use std::collections::BTreeMap;
+
+    let c = Cluster::start_all(Backend::Sqlite, &["--sim-nodes", "3"]);
+    let manifest = r#"apiVersion: apps/v1
+kind: Deployment
+metadata: {name: roll}
+spec:
+  replicas: 10
+  selector: {matchLabels: {app: roll}}
+  strategy:
+    type: RollingUpdate
+    rollingUpdate: {maxSurge: 3, maxUnavailable: 2}
+  template:
+    metadata: {labels: {app: roll}}
+    spec: {containers: [{name: c, image: "roll:1"}]}
+"#;
+    c.kubectl_in(&["apply", "-f", "-"], Some(manifest));
+    c.kubectl(&["rollout", "status", "deployment/roll", "--timeout=60s"]);
+
+    let rt = support::runtime();
+    let client = rt.block_on(c.client());
+    let rss: Api<ReplicaSet> = Api::namespaced(client.clone(), "default");
+    let deps: Api<Deployment> = Api::namespaced(client, "default");
+    let (rs_list, dep_list) = rt.block_on(async {
+        (
+            rss.list(&ListParams::default().labels("app=roll"))
+                .await
+                .unwrap(),
+            deps.list(&ListParams::default().fields("metadata.name=roll"))
+                .await
+                .unwrap(),
+        )
+    });
+    let mut replicas: BTreeMap<String, i32> = rs_list
+        .items
+        .iter()
+        .map(|rs| {
+            (
+                rs.metadata.name.clone().unwrap(),
+                rs.spec.as_ref().and_then(|s| s.replicas).unwrap_or(0),
+            )
+        })
+        .collect();
+    assert_eq!(replicas.values().sum::<i32>(), 10);
+    let rs_rv = rs_list.metadata.resource_version.unwrap();
+    let dep_rv = dep_list.metadata.resource_version.unwrap();
+
+    // Both watches feed one channel; the checker sees every ReplicaSet and Deployment change in order
+    // per resource.
+    enum Change {
+        Rs(String, i32),
+        Available(i32, bool),
+    }
+    let (tx, rx) = std::sync::mpsc::channel::<Change>();
+    let tx2 = tx.clone();
+    let rs_watch = rt.spawn(async move {
+        let mut s = rss
+            .watch(&WatchParams::default().labels("app=roll"), &rs_rv)
+            .await
+            .unwrap()
+            .boxed();
+        while let Some(ev) = s.try_next().await.unwrap() {
+            if let WatchEvent::Added(rs) | WatchEvent::Modified(rs) = ev {
+                let n = rs.spec.as_ref().and_then(|s| s.replicas).unwrap_or(0);
+                if tx.send(Change::Rs(rs.metadata.name.unwrap(), n)).is_err() {
+                    return;
+                }
+            }
+        }
+    });
+    let dep_watch = rt.spawn(async move {
+        let mut s = deps
+            .watch(
+                &WatchParams::default().fields("metadata.name=roll"),
+                &dep_rv,
+            )
+            .await
+            .unwrap()
+            .boxed();
+        while let Some(ev) = s.try_next().await.unwrap() {
+            if let WatchEvent::Modified(d) = ev {
+                let status = d.status.unwrap_or_default();
+                let done = d.metadata.generation == status.observed_generation
+                    && status.updated_replicas == Some(10)
+                    && status.available_replicas == Some(10)
+                    && status.replicas == Some(10);
+                let available = status.available_replicas.unwrap_or(0);
+                if tx2.send(Change::Available(available, done)).is_err() {
+                    return;
+                }
+            }
+        }
+    });
+
+    c.kubectl(&["set", "image", "deployment/roll", "c=roll:2"]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
+    let (mut max_total, mut min_available, mut changes) = (10, 10, 0);
+    let mut new_rs_seen = false;
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        match rx.recv_timeout(left).expect("the rollout did not finish") {
+            Change::Rs(name, n) => {
+                new_rs_seen |= !replicas.contains_key(&name);
+                replicas.insert(name, n);
+                let total: i32 = replicas.values().sum();
+                assert!(total <= 13, "ReplicaSets sum to {total}: {replicas:?}");
+                max_total = max_total.max(total);
+            }
+            Change::Available(available, done) => {
+                assert!(available >= 8, "only {available} available");
+                min_available = min_available.min(available);
+                if done && new_rs_seen {
+                    break;
+                }
+            }
+        }
+        changes += 1;
+    }
+    rs_watch.abort();
+    dep_watch.abort();
+    // The surge was used, not just respected: the new ReplicaSet starts at maxSurge pods. (Whether
+    // availability dips below 10 depends on how fast the simulated pods become ready: not asserted.)
+    assert_eq!(
+        max_total, 13,
+        "surge never used ({changes} changes, min available {min_available})"
+    );
+    c.kubectl(&["rollout", "status", "deployment/roll", "--timeout=60s"]);
+}

@@ -1,7 +1,8 @@
 //! Authentication (upstream `k8s.io/apiserver/pkg/authentication`): X.509 client certificates signed by
 //! the cluster CA (user = CN, groups = O) and bearer tokens from a static token file
 //! (`--token-auth-file`, CSV `token,user,uid,"group1,group2"`). Every authenticated user also gets the
-//! group `system:authenticated`. Anonymous requests get 401.
+//! group `system:authenticated`. Requests with no credentials are `system:anonymous` (upstream's
+//! `--anonymous-auth`, on by default) and meet the authorizer; a credential that does not verify is 401.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -95,12 +96,32 @@ impl TokenAuthenticator {
 
     /// The user of an `Authorization: Bearer <token>` header, if the token is known.
     pub fn authenticate(&self, headers: &HeaderMap) -> Option<UserInfo> {
-        let value = headers.get(http::header::AUTHORIZATION)?.to_str().ok()?;
-        let (scheme, token) = value.split_once(' ')?;
-        if !scheme.eq_ignore_ascii_case("bearer") {
-            return None;
-        }
-        self.tokens.get(token.trim()).cloned()
+        self.lookup(bearer_token(headers)?)
+    }
+
+    /// The user of a token from the file.
+    pub fn lookup(&self, token: &str) -> Option<UserInfo> {
+        self.tokens.get(token).cloned()
+    }
+}
+
+/// The token of an `Authorization: Bearer <token>` header.
+pub fn bearer_token(headers: &HeaderMap) -> Option<&str> {
+    let value = headers.get(http::header::AUTHORIZATION)?.to_str().ok()?;
+    let (scheme, token) = value.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| token.trim())
+        .filter(|t| !t.is_empty())
+}
+
+/// The user of a request with no credentials (upstream `--anonymous-auth`, on by default):
+/// `system:anonymous` in `system:unauthenticated`, left to the authorizer.
+pub fn anonymous() -> UserInfo {
+    UserInfo {
+        name: "system:anonymous".into(),
+        uid: String::new(),
+        groups: vec!["system:unauthenticated".into()],
     }
 }
 

@@ -1,6 +1,6 @@
 //! What exists after start (upstream's `bootstrap-controller` and system namespaces): the `default`,
 //! `kube-system`, `kube-public` and `kube-node-lease` namespaces and the `kubernetes` Service in
-//! `default`, created through the same REST path as any client's objects, so they get the same defaults.
+//! `default`, and the default RBAC policy ([`crate::authz::bootstrap_policy`]), created through the same REST path as any client's objects, so they get the same defaults.
 
 use std::sync::Arc;
 
@@ -28,7 +28,15 @@ pub async fn ensure_defaults(api: &Arc<ApiServer>) -> Result<(), String> {
             "internalTrafficPolicy": "Cluster",
         },
     });
-    create_if_missing(api, "services", Some("default"), svc).await
+    create_if_missing(api, "services", Some("default"), svc).await?;
+    let (roles, bindings) = crate::authz::bootstrap_policy::objects()?;
+    for role in roles {
+        create_if_missing(api, "clusterroles", None, role).await?;
+    }
+    for binding in bindings {
+        create_if_missing(api, "clusterrolebindings", None, binding).await?;
+    }
+    Ok(())
 }
 
 async fn create_if_missing(

@@ -3,10 +3,11 @@
 //!
 //! Request path: TLS ([`server`]) -> authentication ([`authn`]) -> routing ([`request`]) -> discovery
 //! ([`discovery`]) or the generic REST handlers ([`rest`]) -> storage, with lists and watches served by
-//! the watch cache ([`watch_cache`]). Authorization and admission beyond namespace lifecycle come later.
+//! the watch cache ([`watch_cache`]); authorization ([`authz`]) after authentication.
 
 pub mod allocator;
 pub mod authn;
+pub mod authz;
 pub mod bootstrap;
 pub mod certs;
 pub mod crd;
@@ -51,6 +52,10 @@ pub struct Config {
     pub secure_port: u16,
     pub storage: StorageConfig,
     pub token_auth_file: Option<PathBuf>,
+    /// `--authorization-mode`.
+    pub authorization_mode: authz::Mode,
+    /// `--anonymous-auth`: requests without credentials are `system:anonymous` rather than 401.
+    pub anonymous_auth: bool,
     pub service_cluster_ip_range: String,
     pub compaction_interval: Duration,
     pub bookmark_interval: Duration,
@@ -64,6 +69,8 @@ impl Config {
             secure_port: 6443,
             storage: StorageConfig::Sqlite,
             token_auth_file: None,
+            authorization_mode: authz::Mode::Rbac { node: true },
+            anonymous_auth: true,
             service_cluster_ip_range: "10.96.0.0/12".into(),
             compaction_interval: storage::compaction::DEFAULT_INTERVAL,
             bookmark_interval: Duration::from_secs(60),
@@ -77,6 +84,8 @@ pub struct ApiServer {
     pub store: Arc<dyn Store>,
     pub caches: Arc<watch_cache::CacheSet>,
     pub tokens: authn::TokenAuthenticator,
+    pub anonymous_auth: bool,
+    pub authorizer: authz::Authorizer,
     pub services: allocator::ServiceAllocator,
     pub secure_port: u16,
     pub server_address: String,
@@ -84,6 +93,13 @@ pub struct ApiServer {
     pub metrics: Arc<metrics::ApiMetrics>,
     /// Appended to `/metrics` (the all-in-one server adds its components' metrics).
     pub extra_metrics: Option<metrics::ExtraMetrics>,
+}
+
+impl ApiServer {
+    /// The user of a bearer token: from `--token-auth-file`.
+    pub fn authenticate_token(&self, token: &str) -> Option<authn::UserInfo> {
+        self.tokens.lookup(token)
+    }
 }
 
 /// Opens the store, loads the caches, creates the bootstrap objects, writes the certificates and
@@ -143,6 +159,8 @@ pub async fn start_with_metrics(
         store: store.clone(),
         caches: caches.clone(),
         tokens,
+        anonymous_auth: config.anonymous_auth,
+        authorizer: authz::Authorizer::new(config.authorization_mode),
         services: allocator::ServiceAllocator::new(&config.service_cluster_ip_range)?,
         secure_port: local.port(),
         server_address: format!("{client_host}:{}", local.port()),
@@ -155,6 +173,7 @@ pub async fn start_with_metrics(
     if !caches.wait_for(current, Duration::from_secs(60)).await {
         return Err("the watch cache did not load within 60 s".into());
     }
+    authz::start(&api);
     bootstrap::ensure_defaults(&api).await?;
     tokio::spawn(crd::run(api.clone()));
     let compactor = {

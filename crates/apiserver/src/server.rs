@@ -1,6 +1,7 @@
 //! The HTTPS server and the top of the handler chain (upstream `server.GenericAPIServer` with
 //! `DefaultBuildHandlerChain`): TLS with optional client certificates, HTTP/1.1 and HTTP/2,
-//! authentication, then health and version endpoints, discovery, and resources.
+//! authentication, impersonation, authorization, then health and version endpoints, discovery, and
+//! resources.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -169,9 +170,20 @@ async fn handle(
     if is_public(&path) {
         return public(&path);
     }
-    let user = cert_user.or_else(|| api.tokens.authenticate(&parts.headers));
-    let Some(user) = user else {
-        return response::error_response(&ApiError::unauthorized());
+    let user = match cert_user {
+        Some(user) => user,
+        None => match authn::bearer_token(&parts.headers) {
+            Some(token) => match api.authenticate_token(token) {
+                Some(user) => user,
+                None => return response::error_response(&ApiError::unauthorized()),
+            },
+            None if api.anonymous_auth => authn::anonymous(),
+            None => return response::error_response(&ApiError::unauthorized()),
+        },
+    };
+    let user = match crate::authz::impersonation::resolve(&api.authorizer, user, &parts.headers) {
+        Ok(user) => user,
+        Err(e) => return response::error_response(&e),
     };
     // Read past the limit (to a hard cap) so the client gets its 413 instead of a reset connection.
     let body = match Limited::new(body, DRAIN_LIMIT).collect().await {
@@ -199,6 +211,9 @@ async fn handle(
         Ok(target) => target,
         Err(e) => return response::error_response(&ApiError::bad_request(e)),
     };
+    if let Err(e) = crate::authz::check(api, &user, &parts.method, &target, &path) {
+        return response::error_response(&e);
+    }
     let resp = match route(api, &user, &target, &path, &query, &parts.headers, body).await {
         Ok(resp) => resp,
         Err(e) => response::error_response(&e),

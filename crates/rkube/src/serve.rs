@@ -36,6 +36,13 @@ pub struct ServeArgs {
     /// Static bearer tokens: CSV lines `token,user,uid[,"group1,group2"]`.
     #[arg(long)]
     token_auth_file: Option<PathBuf>,
+    /// Authorizers, comma-separated: RBAC, Node,RBAC (the default) or AlwaysAllow.
+    #[arg(long, default_value = "Node,RBAC")]
+    authorization_mode: String,
+    /// Requests without credentials are user system:anonymous (group system:unauthenticated), left to
+    /// the authorizer; with false they get 401.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    anonymous_auth: bool,
     /// CIDR that Service ClusterIPs come from.
     #[arg(long, default_value = "10.96.0.0/12")]
     service_cluster_ip_range: String,
@@ -97,6 +104,8 @@ impl ServeArgs {
             }
         };
         config.token_auth_file = self.token_auth_file.clone();
+        config.authorization_mode = apiserver::authz::Mode::parse(&self.authorization_mode)?;
+        config.anonymous_auth = self.anonymous_auth;
         config.service_cluster_ip_range = self.service_cluster_ip_range.clone();
         config.compaction_interval = self.compaction_interval;
         config.bookmark_interval = self.bookmark_interval;

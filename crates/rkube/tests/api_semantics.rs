@@ -425,7 +425,7 @@ fn services_get_unique_addresses_and_ports(backend: Backend) {
     });
 }
 
-/// The review resources answer at once and store nothing (no authorization yet: everything is allowed).
+/// The review resources answer at once and store nothing (the admin is in system:masters: allowed).
 fn reviews_answer_without_storing(backend: Backend) {
     let c = Cluster::start(backend);
     runtime().block_on(async {

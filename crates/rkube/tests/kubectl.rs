@@ -495,7 +495,7 @@ fn patch_label_annotate_scale_delete(backend: Backend) {
 }
 
 /// Health and version need no credentials; everything else needs a client certificate or a token from
-/// `--token-auth-file`, and is 401 without.
+/// `--token-auth-file` (a bad one is 401) and an RBAC grant.
 fn authentication_and_health(backend: Backend) {
     let tokens = tempfile::NamedTempFile::new().expect("token file");
     std::fs::write(tokens.path(), "s3cret,alice,1000,\"dev,ops\"\n").expect("write tokens");
@@ -536,11 +536,29 @@ fn authentication_and_health(backend: Backend) {
             .contains("the server has asked for the client to provide credentials"),
         "{out:?}"
     );
+    // A valid token authenticates; RBAC then decides (see tests/rbac.rs): nothing until a binding.
     let out = anonymous(&["--token", "s3cret", "get", "ns", "-o", "name"]);
     assert!(
-        String::from_utf8_lossy(&out.stdout).contains("namespace/default"),
+        String::from_utf8_lossy(&out.stderr)
+            .contains("User \"alice\" cannot list resource \"namespaces\""),
         "{out:?}"
     );
+    c.kubectl(&[
+        "create",
+        "clusterrolebinding",
+        "ops-view",
+        "--clusterrole=view",
+        "--group=ops",
+    ]);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let out = anonymous(&["--token", "s3cret", "get", "ns", "-o", "name"]);
+        if String::from_utf8_lossy(&out.stdout).contains("namespace/default") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{out:?}");
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
     let health = c.kubectl(&["get", "--raw", "/healthz"]);
     assert_eq!(health, "ok");
     // Metrics need credentials, and count what was asked.

@@ -385,13 +385,16 @@ pub async fn create_internal(
     namespace: Option<&str>,
     obj: Value,
 ) -> Result<(), ApiError> {
+    // The group and version come from the object's apiVersion.
+    let api_version = obj["apiVersion"].as_str().unwrap_or("v1");
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
     let resource = api
         .registry
-        .get("", "v1", plural)
-        .ok_or_else(|| ApiError::internal(format!("no resource {plural}")))?;
+        .get(group, version, plural)
+        .ok_or_else(|| ApiError::internal(format!("no resource {plural} in {api_version}")))?;
     let req = ResourceRequest {
-        group: String::new(),
-        version: "v1".into(),
+        group: group.to_string(),
+        version: version.to_string(),
         namespace: namespace.map(str::to_string),
         resource: plural.to_string(),
         name: None,

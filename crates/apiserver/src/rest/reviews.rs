@@ -1,9 +1,6 @@
 //! The review resources (upstream `registry/authentication/{selfsubjectreview,tokenreview}` and
 //! `registry/authorization/*subjectaccessreview*`): a POST is answered with the object and its `status`,
-//! and nothing is stored.
-//!
-//! Authorization is not implemented yet: every authenticated user may do everything, so access reviews
-//! answer "allowed", saying why. When RBAC lands, these answers come from the same authorizer.
+//! and nothing is stored. Access reviews ask the server's authorizer ([`crate::authz`]).
 
 use apimachinery::status::ApiError;
 use bytes::Bytes;
@@ -12,9 +9,8 @@ use serde_json::{json, Value};
 
 use super::{decode, Ctx};
 use crate::authn::UserInfo;
+use crate::authz::Attributes;
 use crate::response::{self, Body};
-
-const ALLOW_REASON: &str = "rkube has no authorization yet: every authenticated user is allowed";
 
 /// Whether a resource is answered here rather than stored.
 pub fn is_review(group: &str, plural: &str) -> bool {
@@ -63,25 +59,125 @@ pub fn create(
                 .pointer("/spec/token")
                 .and_then(Value::as_str)
                 .unwrap_or("");
-            let mut headers = http::HeaderMap::new();
-            if let Ok(v) = http::HeaderValue::from_str(&format!("Bearer {token}")) {
-                headers.insert(http::header::AUTHORIZATION, v);
-            }
-            match ctx.api.tokens.authenticate(&headers) {
+            match ctx.api.authenticate_token(token) {
                 Some(u) => json!({"authenticated": true, "user": user_info(&u)}),
                 None => json!({"authenticated": false, "error": "invalid bearer token"}),
             }
         }
-        "selfsubjectrulesreviews" => json!({
-            "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}],
-            "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}],
-            "incomplete": false,
-        }),
-        _ => json!({"allowed": true, "reason": ALLOW_REASON}),
+        "selfsubjectrulesreviews" => {
+            let user = user.ok_or_else(ApiError::unauthorized)?;
+            let namespace = obj
+                .pointer("/spec/namespace")
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            rules_review(ctx, user, namespace)
+        }
+        "selfsubjectaccessreviews" => {
+            let user = user.ok_or_else(ApiError::unauthorized)?;
+            access_review(ctx, user, &obj["spec"])?
+        }
+        "localsubjectaccessreviews" => {
+            let ns = ctx.req.namespace.as_deref().unwrap_or("");
+            let spec_ns = obj
+                .pointer("/spec/resourceAttributes/namespace")
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            if spec_ns != ns {
+                return Err(ApiError::bad_request(format!(
+                    "spec.resourceAttributes.namespace must match namespace: {ns}"
+                )));
+            }
+            access_review(ctx, &subject(&obj["spec"])?, &obj["spec"])?
+        }
+        _ => access_review(ctx, &subject(&obj["spec"])?, &obj["spec"])?,
     };
     obj["status"] = status;
     if obj.get("metadata").is_none_or(Value::is_null) {
         obj["metadata"] = json!({"creationTimestamp": null});
     }
     Ok(response::json_response(StatusCode::CREATED, &obj))
+}
+
+/// The user a (Local)SubjectAccessReview asks about.
+fn subject(spec: &Value) -> Result<UserInfo, ApiError> {
+    let name = spec["user"].as_str().unwrap_or("").to_string();
+    let groups: Vec<String> = spec["groups"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|g| g.as_str().map(str::to_string))
+        .collect();
+    if name.is_empty() && groups.is_empty() {
+        return Err(ApiError::bad_request(
+            "at least one of user or group must be specified",
+        ));
+    }
+    Ok(UserInfo {
+        name,
+        uid: spec["uid"].as_str().unwrap_or("").to_string(),
+        groups,
+    })
+}
+
+/// The status of an access review: whether `user` may do what `spec` describes.
+fn access_review(ctx: &Ctx<'_>, user: &UserInfo, spec: &Value) -> Result<Value, ApiError> {
+    let s = |v: &Value, f: &str| v[f].as_str().unwrap_or("").to_string();
+    let (resource, path) = (&spec["resourceAttributes"], &spec["nonResourceAttributes"]);
+    let decision = if resource.is_object() {
+        let (verb, group, version) = (
+            s(resource, "verb"),
+            s(resource, "group"),
+            s(resource, "version"),
+        );
+        let (plural, sub) = (s(resource, "resource"), s(resource, "subresource"));
+        let (namespace, name) = (s(resource, "namespace"), s(resource, "name"));
+        ctx.api.authorizer.authorize(&Attributes {
+            user,
+            verb: &verb,
+            resource_request: true,
+            group: &group,
+            version: &version,
+            resource: &plural,
+            subresource: &sub,
+            namespace: &namespace,
+            name: &name,
+            path: "",
+        })
+    } else if path.is_object() {
+        let (verb, p) = (s(path, "verb"), s(path, "path"));
+        ctx.api
+            .authorizer
+            .authorize(&Attributes::path(user, &verb, &p))
+    } else {
+        return Err(ApiError::bad_request(
+            "exactly one of nonResourceAttributes or resourceAttributes must be specified",
+        ));
+    };
+    Ok(match decision {
+        Ok(reason) if reason.is_empty() => json!({"allowed": true}),
+        Ok(reason) => json!({"allowed": true, "reason": reason}),
+        Err(reason) if reason.is_empty() => json!({"allowed": false}),
+        Err(reason) => json!({"allowed": false, "reason": reason}),
+    })
+}
+
+/// The status of a SelfSubjectRulesReview.
+fn rules_review(ctx: &Ctx<'_>, user: &UserInfo, namespace: &str) -> Value {
+    let Some(rules) = ctx.api.authorizer.rules_for(user, namespace) else {
+        return json!({
+            "resourceRules": [{"verbs": ["*"], "apiGroups": ["*"], "resources": ["*"]}],
+            "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}],
+            "incomplete": false,
+        });
+    };
+    let (mut resource_rules, mut non_resource_rules) = (Vec::new(), Vec::new());
+    for rule in rules {
+        if rule.non_resource_urls.is_empty() {
+            resource_rules.push(rule.to_json());
+        } else {
+            non_resource_rules
+                .push(json!({"verbs": rule.verbs, "nonResourceURLs": rule.non_resource_urls}));
+        }
+    }
+    json!({"resourceRules": resource_rules, "nonResourceRules": non_resource_rules, "incomplete": false})
 }

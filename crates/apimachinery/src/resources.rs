@@ -214,7 +214,14 @@ const BUILTIN: &[Spec] = &[
         &["status"],
     ),
     s("", "Secret", "secrets", NS, &[], &[]),
-    s("", "ServiceAccount", "serviceaccounts", NS, &["sa"], &[]),
+    s(
+        "",
+        "ServiceAccount",
+        "serviceaccounts",
+        NS,
+        &["sa"],
+        &["token"],
+    ),
     all(s("", "Service", "services", NS, &["svc"], &["status"])),
     // apps/v1
     s(

@@ -141,7 +141,7 @@ fn load_or_make(
     Ok((cert, private))
 }
 
-fn write_private(path: &Path, contents: &str) -> Result<(), String> {
+pub(crate) fn write_private(path: &Path, contents: &str) -> Result<(), String> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let tmp = path.with_extension("tmp");

@@ -68,6 +68,14 @@ fn subresource_info(
             vec!["create"],
             ("policy".into(), "v1".into(), "Eviction".into()),
         ),
+        "token" => (
+            vec!["create"],
+            (
+                "authentication.k8s.io".into(),
+                "v1".into(),
+                "TokenRequest".into(),
+            ),
+        ),
         "finalize" => (vec!["update"], same),
         _ => (vec!["get", "patch", "update"], same),
     }

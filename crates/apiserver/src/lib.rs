@@ -20,6 +20,7 @@ pub mod request;
 pub mod response;
 pub mod rest;
 pub mod server;
+pub mod serviceaccount;
 pub mod watch_cache;
 
 use std::net::{IpAddr, SocketAddr};
@@ -56,6 +57,15 @@ pub struct Config {
     pub authorization_mode: authz::Mode,
     /// `--anonymous-auth`: requests without credentials are `system:anonymous` rather than 401.
     pub anonymous_auth: bool,
+    /// `--service-account-issuer`.
+    pub service_account_issuer: String,
+    /// `--api-audiences` (default: the issuer).
+    pub api_audiences: Vec<String>,
+    /// `--service-account-key-file`: the PKCS#8 EC P-256 key tokens are signed with (default: one
+    /// generated in `<data-dir>/pki/sa.key`).
+    pub service_account_key_file: Option<PathBuf>,
+    /// `--service-account-max-token-expiration` (zero: no cap).
+    pub service_account_max_token_expiration: Duration,
     pub service_cluster_ip_range: String,
     pub compaction_interval: Duration,
     pub bookmark_interval: Duration,
@@ -71,6 +81,10 @@ impl Config {
             token_auth_file: None,
             authorization_mode: authz::Mode::Rbac { node: true },
             anonymous_auth: true,
+            service_account_issuer: serviceaccount::DEFAULT_ISSUER.into(),
+            api_audiences: Vec::new(),
+            service_account_key_file: None,
+            service_account_max_token_expiration: Duration::ZERO,
             service_cluster_ip_range: "10.96.0.0/12".into(),
             compaction_interval: storage::compaction::DEFAULT_INTERVAL,
             bookmark_interval: Duration::from_secs(60),
@@ -86,6 +100,7 @@ pub struct ApiServer {
     pub tokens: authn::TokenAuthenticator,
     pub anonymous_auth: bool,
     pub authorizer: authz::Authorizer,
+    pub service_accounts: serviceaccount::Issuer,
     pub services: allocator::ServiceAllocator,
     pub secure_port: u16,
     pub server_address: String,
@@ -96,9 +111,14 @@ pub struct ApiServer {
 }
 
 impl ApiServer {
-    /// The user of a bearer token: from `--token-auth-file`.
+    /// The user of a bearer token: from `--token-auth-file`, else a service account token for the
+    /// API's audiences.
     pub fn authenticate_token(&self, token: &str) -> Option<authn::UserInfo> {
-        self.tokens.lookup(token)
+        self.tokens.lookup(token).or_else(|| {
+            serviceaccount::authenticate(self, token, &self.service_accounts.api_audiences)
+                .ok()
+                .map(|(user, _)| user)
+        })
     }
 }
 
@@ -133,6 +153,20 @@ pub async fn start_with_metrics(
         Some(path) => authn::TokenAuthenticator::from_file(path)?,
         None => authn::TokenAuthenticator::default(),
     };
+    let key_file = config
+        .service_account_key_file
+        .clone()
+        .unwrap_or_else(|| config.data_dir.join("pki").join("sa.key"));
+    let service_accounts = serviceaccount::Issuer {
+        key: serviceaccount::jwt::SigningKey::load_or_generate(&key_file)?,
+        issuer: config.service_account_issuer.clone(),
+        api_audiences: if config.api_audiences.is_empty() {
+            vec![config.service_account_issuer.clone()]
+        } else {
+            config.api_audiences.clone()
+        },
+        max_expiration: config.service_account_max_token_expiration.as_secs() as i64,
+    };
     let listener =
         tokio::net::TcpListener::bind(SocketAddr::new(config.bind_address, config.secure_port))
             .await
@@ -161,6 +195,7 @@ pub async fn start_with_metrics(
         tokens,
         anonymous_auth: config.anonymous_auth,
         authorizer: authz::Authorizer::new(config.authorization_mode),
+        service_accounts,
         services: allocator::ServiceAllocator::new(&config.service_cluster_ip_range)?,
         secure_port: local.port(),
         server_address: format!("{client_host}:{}", local.port()),

@@ -321,6 +321,23 @@ async fn route(
                 text,
             ))
         }
+        Target::NonResource if path == crate::serviceaccount::oidc::CONFIGURATION_PATH => {
+            Ok(response::json_response(
+                StatusCode::OK,
+                &crate::serviceaccount::oidc::configuration(
+                    &api.service_accounts,
+                    &api.server_address,
+                ),
+            ))
+        }
+        Target::NonResource if path == crate::serviceaccount::oidc::JWKS_PATH => {
+            let body = crate::serviceaccount::oidc::jwks(&api.service_accounts).to_string();
+            Ok(response::bytes_response(
+                StatusCode::OK,
+                "application/jwk-set+json",
+                body,
+            ))
+        }
         Target::NonResource if path.starts_with("/openapi/") => {
             crate::openapi::handler::serve(api, &snap(), path, query, headers)
         }

@@ -43,6 +43,19 @@ pub struct ServeArgs {
     /// the authorizer; with false they get 401.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     anonymous_auth: bool,
+    /// Issuer (`iss`) of service account tokens.
+    #[arg(long, default_value = apiserver::serviceaccount::DEFAULT_ISSUER)]
+    service_account_issuer: String,
+    /// Audiences of the API, comma-separated (default: the issuer); tokens must carry one of them.
+    #[arg(long, value_delimiter = ',')]
+    api_audiences: Vec<String>,
+    /// PKCS#8 PEM EC P-256 key that signs service account tokens (default: one generated in
+    /// <data-dir>/pki/sa.key).
+    #[arg(long)]
+    service_account_signing_key_file: Option<PathBuf>,
+    /// Longest lifetime of a requested service account token (0: no cap).
+    #[arg(long, default_value = "0s", value_parser = parse_duration)]
+    service_account_max_token_expiration: Duration,
     /// CIDR that Service ClusterIPs come from.
     #[arg(long, default_value = "10.96.0.0/12")]
     service_cluster_ip_range: String,
@@ -106,6 +119,10 @@ impl ServeArgs {
         config.token_auth_file = self.token_auth_file.clone();
         config.authorization_mode = apiserver::authz::Mode::parse(&self.authorization_mode)?;
         config.anonymous_auth = self.anonymous_auth;
+        config.service_account_issuer = self.service_account_issuer.clone();
+        config.api_audiences = self.api_audiences.clone();
+        config.service_account_key_file = self.service_account_signing_key_file.clone();
+        config.service_account_max_token_expiration = self.service_account_max_token_expiration;
         config.service_cluster_ip_range = self.service_cluster_ip_range.clone();
         config.compaction_interval = self.compaction_interval;
         config.bookmark_interval = self.bookmark_interval;

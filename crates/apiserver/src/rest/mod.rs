@@ -2,7 +2,7 @@
 //! one generic implementation of every verb, driven by the resource registry and per-resource strategy
 //! hooks ([`strategy`]), never by hand-written handlers per kind.
 
-mod decode;
+pub(crate) mod decode;
 mod delete;
 mod eviction;
 mod list;

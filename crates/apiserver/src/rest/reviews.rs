@@ -59,9 +59,34 @@ pub fn create(
                 .pointer("/spec/token")
                 .and_then(Value::as_str)
                 .unwrap_or("");
-            match ctx.api.authenticate_token(token) {
-                Some(u) => json!({"authenticated": true, "user": user_info(&u)}),
-                None => json!({"authenticated": false, "error": "invalid bearer token"}),
+            let wanted: Vec<String> = obj
+                .pointer("/spec/audiences")
+                .and_then(Value::as_array)
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|v| v.as_str().map(str::to_string))
+                        .collect()
+                })
+                .unwrap_or_default();
+            let api_audiences = &ctx.api.service_accounts.api_audiences;
+            let audiences = if wanted.is_empty() {
+                api_audiences
+            } else {
+                &wanted
+            };
+            match ctx.api.tokens.lookup(token) {
+                // Static tokens are for the API server itself.
+                Some(u)
+                    if wanted.is_empty() || wanted.iter().any(|a| api_audiences.contains(a)) =>
+                {
+                    json!({"authenticated": true, "user": user_info(&u), "audiences": audiences})
+                }
+                _ => match crate::serviceaccount::authenticate(ctx.api, token, audiences) {
+                    Ok((u, matched)) => {
+                        json!({"authenticated": true, "user": user_info(&u), "audiences": matched})
+                    }
+                    Err(e) => json!({"authenticated": false, "error": e}),
+                },
             }
         }
         "selfsubjectrulesreviews" => {

@@ -106,6 +106,9 @@ async fn create_tracked(ctx: &Ctx<'_>, mut obj: Value, track: bool) -> Result<By
         fieldmanager::on_create(&operation(ctx, None, &manager, &now), &mut obj);
     }
     let name = objects::name(&obj).to_string();
+    if (group.as_str(), kind.as_str()) == ("", "Pod") && !name.is_empty() {
+        crate::serviceaccount::admission::admit_pod(ctx.api, &mut obj).await?;
+    }
     let errors = if name.is_empty() {
         vec![apimachinery::validation::field::FieldError::required(
             &apimachinery::validation::field::FieldPath::root("metadata").child("name"),
@@ -220,6 +223,9 @@ pub async fn create_subresource(
     match (ctx.resource.plural.as_str(), sub) {
         ("pods", "binding") => super::delete::bind_pod(ctx, body).await,
         ("pods", "eviction") => super::eviction::evict_pod(ctx, body).await,
+        ("serviceaccounts", "token") => {
+            crate::serviceaccount::token_request::create(ctx, body).await
+        }
         _ => Err(ApiError::method_not_supported(
             &ctx.qualified(),
             &format!("create {sub}"),

@@ -17,8 +17,13 @@ const START_TIMEOUT: Duration = Duration::from_secs(60);
 /// Bound on any single kubectl invocation.
 const KUBECTL_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// Flags for tests of the API itself: no scheduler or controllers writing to the objects under test.
-pub const API_ONLY: &[&str] = &["--disable-scheduler", "--disable-controllers"];
+/// Flags for tests of the API itself: no scheduler or controllers writing to the objects under test,
+/// but the ServiceAccount controller, without whose `default` ServiceAccounts no pod is admitted (as
+/// upstream).
+pub const API_ONLY: &[&str] = &[
+    "--disable-scheduler",
+    "--controllers=serviceaccount-controller",
+];
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Backend {

@@ -157,6 +157,16 @@ const EXTRA_KINDS: &[(&str, &str, &str)] = &[
         "APIGroupDiscoveryList",
         "api.apidiscovery.v2beta1.APIGroupDiscoveryList",
     ),
+    // Kinds of subresources (not resources of their own, so not in k8s-pb's resource list), which
+    // client-go sends in protobuf: `kubectl create token`, evictions (`kubectl drain`), scale.
+    (
+        "authentication.k8s.io/v1",
+        "TokenRequest",
+        "api.authentication.v1.TokenRequest",
+    ),
+    ("policy/v1", "Eviction", "api.policy.v1.Eviction"),
+    ("policy/v1beta1", "Eviction", "api.policy.v1beta1.Eviction"),
+    ("autoscaling/v1", "Scale", "api.autoscaling.v1.Scale"),
 ];
 
 const SPECIALS: &[(&str, Special)] = &[

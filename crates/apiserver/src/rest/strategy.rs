@@ -190,7 +190,23 @@ fn bump_generation(resource: &Resource, new: &mut Value, old: &Value) {
         .and_then(|m| m.get("generation"))
         .and_then(Value::as_i64)
         .unwrap_or(1);
-    let changed = spec_part(new) != spec_part(old);
+    // Custom resources: any change outside metadata moves the generation (upstream's
+    // customresource strategy), status included when there is no status subresource.
+    let changed = if resource.custom {
+        let rest = |o: &Value| -> Map<String, Value> {
+            o.as_object()
+                .map(|m| {
+                    m.iter()
+                        .filter(|(k, _)| k.as_str() != "metadata")
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        rest(new) != rest(old)
+    } else {
+        spec_part(new) != spec_part(old)
+    };
     objects::set_meta(
         new,
         "generation",

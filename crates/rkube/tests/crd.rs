@@ -245,6 +245,7 @@ spec:
   - name: v2
     served: true
     storage: false
+    deprecated: true
     schema: {openAPIV3Schema: {type: object, properties: {spec: {type: object, properties: {size: {type: integer}, color: {type: string, default: red}}}}}}
 "#;
 

@@ -41,6 +41,8 @@ mod tests_apps_batch;
 #[cfg(test)]
 mod tests_core;
 #[cfg(test)]
+mod tests_crd;
+#[cfg(test)]
 mod tests_pod;
 
 pub(crate) use core_container::parse_quantity;

@@ -276,10 +276,18 @@ pub async fn handle(
     let format = response::negotiate(headers, None, protobuf_ok)
         .map(|n| n.format)
         .unwrap_or(response::Format::Json);
-    let resp = match dispatch(api, user, req, query, headers, body).await {
+    let mut resp = match dispatch(api, user, req, query, headers, body).await {
         Ok(resp) => resp,
         Err(e) => response::error_response(&e),
     };
+    // A deprecated CRD version warns on every request, as upstream's custom resource handler does.
+    if let Some(warning) = api
+        .crds
+        .get(&req.group, &req.resource)
+        .and_then(|info| info.version(&req.version).and_then(|v| v.warning.clone()))
+    {
+        write::add_warnings(&mut resp, &[warning]);
+    }
     // Watches write their own frames; everything else is produced as JSON and re-encoded here.
     if format == response::Format::Json || req.verb == Verb::Watch {
         return Ok(resp);

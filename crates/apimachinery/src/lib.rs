@@ -9,6 +9,7 @@
 //! - [`defaults`], [`validation`]: defaulting and validation of built-in kinds.
 //! - [`resources`]: the registry of served resources (built-in and custom), which discovery publishes.
 //! - [`serializer`]: the wire formats besides JSON: Kubernetes protobuf and CBOR.
+//! - [`schema`]: custom resources' structural schemas: pruning, defaulting, validation.
 //! - [`printers`]: the columns of server-side `Table` output, as `kubectl get` shows them.
 //!
 //! Objects are handled as `serde_json::Value` in their served JSON form, so the same code serves built-in
@@ -22,6 +23,7 @@ pub mod labels;
 pub mod patch;
 pub mod printers;
 pub mod resources;
+pub mod schema;
 pub mod serializer;
 pub mod status;
 pub mod taints;

@@ -106,6 +106,8 @@ pub struct ApiServer {
     pub server_address: String,
     pub bookmark_interval: Duration,
     pub metrics: Arc<metrics::ApiMetrics>,
+    /// The CRDs being served, with what serving their custom resources needs (schemas, versions).
+    pub crds: crd::info::CustomResources,
     /// Appended to `/metrics` (the all-in-one server adds its components' metrics).
     pub extra_metrics: Option<metrics::ExtraMetrics>,
 }
@@ -201,6 +203,7 @@ pub async fn start_with_metrics(
         server_address: format!("{client_host}:{}", local.port()),
         bookmark_interval: config.bookmark_interval,
         metrics: Arc::default(),
+        crds: Default::default(),
         extra_metrics,
     });
     let current = store.current_revision().await.map_err(|e| e.to_string())?;

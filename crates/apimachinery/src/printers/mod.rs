@@ -28,6 +28,7 @@ mod apiserver;
 mod apps;
 mod batch;
 mod core;
+pub mod custom;
 mod duration;
 mod events;
 mod networking;

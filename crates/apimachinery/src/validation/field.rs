@@ -48,6 +48,8 @@ pub enum ErrorType {
     Required,
     Duplicate,
     Invalid,
+    /// A value of the wrong JSON type (upstream's `field.TypeInvalid`, used by schema validation).
+    TypeInvalid,
     NotSupported,
     Forbidden,
     TooLong,
@@ -63,6 +65,7 @@ impl ErrorType {
             ErrorType::Required => "FieldValueRequired",
             ErrorType::Duplicate => "FieldValueDuplicate",
             ErrorType::Invalid => "FieldValueInvalid",
+            ErrorType::TypeInvalid => "FieldValueTypeInvalid",
             ErrorType::NotSupported => "FieldValueNotSupported",
             ErrorType::Forbidden => "FieldValueForbidden",
             ErrorType::TooLong => "FieldValueTooLong",
@@ -77,7 +80,7 @@ impl ErrorType {
             ErrorType::NotFound => "Not found",
             ErrorType::Required => "Required value",
             ErrorType::Duplicate => "Duplicate value",
-            ErrorType::Invalid => "Invalid value",
+            ErrorType::Invalid | ErrorType::TypeInvalid => "Invalid value",
             ErrorType::NotSupported => "Unsupported value",
             ErrorType::Forbidden => "Forbidden",
             ErrorType::TooLong => "Too long",
@@ -95,6 +98,9 @@ pub struct FieldError {
     /// The offending value; `None` when upstream omits it from the message.
     pub bad_value: Option<Value>,
     pub detail: String,
+    /// The bad value as upstream prints it, when JSON would print it differently (Go's `%#v` of a
+    /// map: `map[string]interface {}{"a":1}`).
+    pub value_text: Option<String>,
 }
 
 impl FieldError {
@@ -109,7 +115,26 @@ impl FieldError {
             field: field.clone(),
             bad_value,
             detail: detail.into(),
+            value_text: None,
         }
+    }
+    /// An error of any type whose bad value is printed as `text` (already in upstream's form).
+    pub fn with_value_text(
+        kind: ErrorType,
+        field: &FieldPath,
+        text: impl Into<String>,
+        detail: impl Into<String>,
+    ) -> Self {
+        let mut e = Self::new(kind, field, Some(Value::Null), detail);
+        e.value_text = Some(text.into());
+        e
+    }
+    pub fn type_invalid(
+        field: &FieldPath,
+        value: impl Into<Value>,
+        detail: impl Into<String>,
+    ) -> Self {
+        Self::new(ErrorType::TypeInvalid, field, Some(value.into()), detail)
     }
     pub fn required(field: &FieldPath, detail: impl Into<String>) -> Self {
         Self::new(ErrorType::Required, field, None, detail)
@@ -167,6 +192,13 @@ impl FieldError {
                 _,
             )
             | (_, None) => self.kind.text().to_string(),
+            (_, Some(_)) if self.value_text.is_some() => {
+                format!(
+                    "{}: {}",
+                    self.kind.text(),
+                    self.value_text.as_deref().unwrap_or("")
+                )
+            }
             (_, Some(value)) => format!("{}: {}", self.kind.text(), go_value(value)),
         };
         if !self.detail.is_empty() {

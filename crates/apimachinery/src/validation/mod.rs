@@ -9,7 +9,7 @@
 //! - `core_pod`, `core_container`, `core_volume`, `core_scheduling`, `core_service`, `core`: the core
 //!   group; `apps`, `batch` (with `cron`): those
 //!   groups; `other`: coordination, scheduling, storage, events, RBAC, networking, discovery, policy,
-//!   autoscaling and CRD names.
+//!   autoscaling; `crd`: CustomResourceDefinitions (schemas through `crate::schema`).
 //!
 //! Deliberately different: the server, not these functions, checks namespace presence and scope,
 //! `resourceVersion` on update, and allocates cluster IPs and node ports before validation. Kinds not
@@ -30,6 +30,7 @@ mod core_pod;
 mod core_scheduling;
 mod core_service;
 mod core_volume;
+pub mod crd;
 mod cron;
 pub(crate) mod json;
 pub mod meta;
@@ -39,6 +40,8 @@ mod other;
 mod tests_apps_batch;
 #[cfg(test)]
 mod tests_core;
+#[cfg(test)]
+mod tests_crd;
 #[cfg(test)]
 mod tests_pod;
 
@@ -71,6 +74,9 @@ fn is_builtin_group(group: &str) -> bool {
 pub fn validate_create(group: &str, kind: &str, obj: &Value) -> ErrorList {
     if is_review(group, kind) {
         return ErrorList::new();
+    }
+    if (group, kind) == ("apiextensions.k8s.io", "CustomResourceDefinition") {
+        return crd::validate_create(obj);
     }
     let meta_only = |rule| meta::validate_object_meta(obj, rule, true);
     match group {
@@ -122,6 +128,9 @@ pub fn validate_create(group: &str, kind: &str, obj: &Value) -> ErrorList {
 pub fn validate_update(group: &str, kind: &str, new: &Value, old: &Value) -> ErrorList {
     if is_review(group, kind) {
         return ErrorList::new();
+    }
+    if (group, kind) == ("apiextensions.k8s.io", "CustomResourceDefinition") {
+        return crd::validate_update(new, old);
     }
     let meta_update = || meta::validate_object_meta_update(new, old, true);
     let not_meta = |errs: ErrorList| {

@@ -2,8 +2,8 @@
 //! `coordination.k8s.io` Lease, `scheduling.k8s.io` PriorityClass, `storage.k8s.io` StorageClass,
 //! `events.k8s.io` Event, `rbac.authorization.k8s.io` roles and bindings, `networking.k8s.io`
 //! NetworkPolicy (ports and selectors), `discovery.k8s.io` EndpointSlice (address type and ports),
-//! `policy` PodDisruptionBudget, `autoscaling` HorizontalPodAutoscaler (replica bounds and target) and
-//! `apiextensions.k8s.io` CustomResourceDefinition names.
+//! `policy` PodDisruptionBudget, `autoscaling` HorizontalPodAutoscaler (replica bounds and target).
+//! CustomResourceDefinitions are in `super::crd`.
 //!
 //! Deliberately different: each kind gets its commonly hit rules, not every rule upstream has.
 
@@ -456,24 +456,6 @@ fn hpa(obj: &Value) -> ErrorList {
     errs
 }
 
-fn crd(obj: &Value) -> ErrorList {
-    let name = str_or_empty(obj, &["metadata", "name"]);
-    let expected = format!(
-        "{}.{}",
-        str_or_empty(obj, &["spec", "names", "plural"]),
-        str_or_empty(obj, &["spec", "group"])
-    );
-    if name != expected {
-        vec![FieldError::invalid(
-            &root("metadata").child("name"),
-            name,
-            "must be spec.names.plural+\".\"+spec.group",
-        )]
-    } else {
-        Vec::new()
-    }
-}
-
 type Check = fn(&Value) -> ErrorList;
 
 /// The name rule and spec check of a kind of these groups.
@@ -511,9 +493,6 @@ fn rules(group: &str, kind: &str) -> Option<(NameRule, Option<Check>)> {
             (NameRule::Subdomain, Some(pod_disruption_budget as Check))
         }
         ("autoscaling", "HorizontalPodAutoscaler") => (NameRule::Subdomain, Some(hpa as Check)),
-        ("apiextensions.k8s.io", "CustomResourceDefinition") => {
-            (NameRule::Subdomain, Some(crd as Check))
-        }
         _ => return None,
     };
     Some(r)

@@ -427,7 +427,10 @@ fn other_groups_and_unknown_kinds() {
             json!({"size": 3})),
         Vec::<String>::new()
     );
-    let crd = json!({"metadata": {"name": "widgets.example.com"}, "spec": {"group": "example.com", "names": {"plural": "widgets", "kind": "Widget"}}});
+    let crd = json!({"metadata": {"name": "widgets.example.com"}, "spec": {"group": "example.com", "scope": "Namespaced",
+        "names": {"plural": "widgets", "singular": "widget", "kind": "Widget", "listKind": "WidgetList"},
+        "versions": [{"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema": {"type": "object"}}}]},
+        "status": {"storedVersions": ["v1"]}});
     assert_create(
         "apiextensions.k8s.io",
         "CustomResourceDefinition",

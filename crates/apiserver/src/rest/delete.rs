@@ -119,11 +119,17 @@ pub(super) async fn delete_one(
             }
         }
         let mut new = old.clone();
-        let finalizers = gc_finalizers(
+        let mut finalizers = gc_finalizers(
             default_gc_policy(&ctx.resource.group, &ctx.resource.plural, &ctx.req.version),
             objects::finalizers(&new),
             options,
         );
+        let is_crd = ctx.resource.group == "apiextensions.k8s.io"
+            && ctx.resource.plural == "customresourcedefinitions";
+        if is_crd && objects::meta_str(&old, "deletionTimestamp").is_none() {
+            // A CRD's custom resources are deleted first (the customresourcecleanup finalizer).
+            crate::crd::finalizer::mark_for_deletion(&mut new, &mut finalizers);
+        }
         let grace = grace_period(ctx, &old, options);
         let is_namespace = ctx.resource.group.is_empty() && ctx.resource.plural == "namespaces";
         let ns_pending = is_namespace

@@ -107,7 +107,7 @@ pub async fn list(ctx: &Ctx<'_>) -> Result<Response<Body>, ApiError> {
 type Page = (Vec<Bytes>, i64, Option<String>);
 
 fn finish(ctx: &Ctx<'_>, (items, revision, next): Page) -> Result<Response<Body>, ApiError> {
-    let items: Vec<Bytes> = if ctx.stored_version().is_some() {
+    let items: Vec<Bytes> = if ctx.read_conversion().is_some() {
         items.into_iter().map(|i| ctx.served(i)).collect()
     } else {
         items
@@ -126,8 +126,10 @@ fn finish(ctx: &Ctx<'_>, (items, revision, next): Page) -> Result<Response<Body>
         )),
         Representation::Table { include_object } => {
             let objs = decode_all(&items)?;
+            let columns = ctx.custom_columns();
             let t = table::table(
                 &ctx.resource,
+                columns.as_deref(),
                 &objs,
                 include_object,
                 &revision.to_string(),

@@ -32,6 +32,8 @@ use crate::ApiServer;
 pub struct Ctx<'a> {
     pub api: &'a Arc<ApiServer>,
     pub resource: Arc<Resource>,
+    /// The CRD serving the resource, for custom resources.
+    pub crd: Option<Arc<crate::crd::info::CrdInfo>>,
     pub req: &'a ResourceRequest,
     pub query: &'a Query,
     pub headers: &'a HeaderMap,
@@ -146,23 +148,47 @@ impl Ctx<'_> {
         )
     }
 
+    /// How stored objects become served ones; `None` when they are served as stored.
+    pub fn read_conversion(&self) -> Option<ReadConversion> {
+        if let Some(info) = &self.crd {
+            return info.reads_need_fixup.then(|| ReadConversion {
+                api_version: self.resource.api_version(),
+                version: self.resource.version.clone(),
+                crd: Some(info.clone()),
+            });
+        }
+        self.stored_version().map(|_| ReadConversion {
+            api_version: self.resource.api_version(),
+            version: self.resource.version.clone(),
+            crd: None,
+        })
+    }
+
     /// A stored object's JSON in the served version.
     pub fn served(&self, json: Bytes) -> Bytes {
-        if self.stored_version().is_none() {
+        let Some(conversion) = self.read_conversion() else {
             return json;
-        }
+        };
         let Ok(mut obj) = serde_json::from_slice::<Value>(&json) else {
             return json;
         };
-        apimachinery::conversion::to_served(&mut obj, &self.resource.api_version());
+        conversion.apply(&mut obj);
         serde_json::to_vec(&obj).map(Bytes::from).unwrap_or(json)
     }
 
     /// A served object in its stored version (a no-op for most resources).
     pub fn to_stored(&self, obj: &mut Value) {
-        if let Some(stored) = self.stored_version() {
+        if let Some(info) = &self.crd {
+            crate::crd::handler::to_stored(info, obj);
+        } else if let Some(stored) = self.stored_version() {
             apimachinery::conversion::to_stored(obj, stored);
         }
+    }
+
+    /// The printer columns of a custom resource's version.
+    pub fn custom_columns(&self) -> Option<Vec<apimachinery::printers::custom::CustomColumn>> {
+        let info = self.crd.as_ref()?;
+        Some(info.version(&self.resource.version)?.columns.clone())
     }
 
     /// Serves one object in the negotiated representation.
@@ -179,7 +205,15 @@ impl Ctx<'_> {
                 let rv = objects::meta_str(&obj, "resourceVersion")
                     .unwrap_or("")
                     .to_string();
-                let t = table::table(&self.resource, &[obj], include_object, &rv, None);
+                let columns = self.custom_columns();
+                let t = table::table(
+                    &self.resource,
+                    columns.as_deref(),
+                    &[obj],
+                    include_object,
+                    &rv,
+                    None,
+                );
                 Ok(response::json_response(code, &t))
             }
             Representation::Metadata => {
@@ -189,6 +223,24 @@ impl Ctx<'_> {
                     &table::partial_metadata(&obj),
                 ))
             }
+        }
+    }
+}
+
+/// Turns stored objects into served ones: built-in conversions (events.k8s.io) or a CRD's defaults
+/// and version conversion.
+#[derive(Clone)]
+pub struct ReadConversion {
+    api_version: String,
+    version: String,
+    crd: Option<Arc<crate::crd::info::CrdInfo>>,
+}
+
+impl ReadConversion {
+    pub fn apply(&self, obj: &mut Value) {
+        match &self.crd {
+            Some(info) => crate::crd::handler::to_served(info, &self.version, obj),
+            None => apimachinery::conversion::to_served(obj, &self.api_version),
         }
     }
 }
@@ -224,10 +276,18 @@ pub async fn handle(
     let format = response::negotiate(headers, None, protobuf_ok)
         .map(|n| n.format)
         .unwrap_or(response::Format::Json);
-    let resp = match dispatch(api, user, req, query, headers, body).await {
+    let mut resp = match dispatch(api, user, req, query, headers, body).await {
         Ok(resp) => resp,
         Err(e) => response::error_response(&e),
     };
+    // A deprecated CRD version warns on every request, as upstream's custom resource handler does.
+    if let Some(warning) = api
+        .crds
+        .get(&req.group, &req.resource)
+        .and_then(|info| info.version(&req.version).and_then(|v| v.warning.clone()))
+    {
+        write::add_warnings(&mut resp, &[warning]);
+    }
     // Watches write their own frames; everything else is produced as JSON and re-encoded here.
     if format == response::Format::Json || req.verb == Verb::Watch {
         return Ok(resp);
@@ -339,9 +399,15 @@ async fn dispatch(
             req.verb.as_str(),
         ));
     }
+    let crd = if resource.custom {
+        api.crds.get(&resource.group, &resource.plural)
+    } else {
+        None
+    };
     let ctx = Ctx {
         api,
         resource,
+        crd,
         req,
         query,
         headers,
@@ -405,6 +471,7 @@ pub async fn create_internal(
     let ctx = Ctx {
         api,
         resource,
+        crd: None,
         req: &req,
         query: &query,
         headers: &headers,

@@ -25,9 +25,15 @@ pub async fn get(ctx: &Ctx<'_>) -> Result<Response<Body>, ApiError> {
 }
 
 pub async fn get_subresource(ctx: &Ctx<'_>, sub: &str) -> Result<Response<Body>, ApiError> {
-    let (obj, _) = ctx.current(ctx.namespace(), ctx.name()).await?;
+    let (mut obj, _) = ctx.current(ctx.namespace(), ctx.name()).await?;
     match sub {
-        "scale" => Ok(response::json_response(StatusCode::OK, &scale_of(&obj)?)),
+        "scale" => {
+            if let Some(conversion) = ctx.read_conversion() {
+                conversion.apply(&mut obj);
+            }
+            let scale = super::write::scale_view(ctx.crd.as_deref(), &ctx.resource.version, &obj)?;
+            Ok(response::json_response(StatusCode::OK, &scale))
+        }
         "status" | "approval" | "ephemeralcontainers" | "resize" => {
             let json = serde_json::to_vec(&obj).map_err(ApiError::internal)?;
             ctx.object_response(StatusCode::OK, json.into())

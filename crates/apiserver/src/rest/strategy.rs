@@ -46,11 +46,41 @@ pub fn prepare_for_create(resource: &Resource, obj: &mut Value) {
         _ if resource.has_subresource("status") => Some(Value::Null),
         _ => None,
     };
-    if let (Some(status), Value::Object(map)) = (status, obj) {
+    if let (Some(status), Value::Object(map)) = (status, &mut *obj) {
         if status.is_null() {
             map.remove("status");
         } else {
             map.insert("status".into(), status);
+        }
+    }
+    if is_crd(resource) {
+        add_stored_version(obj);
+    }
+}
+
+fn is_crd(resource: &Resource) -> bool {
+    resource.group == "apiextensions.k8s.io" && resource.plural == "customresourcedefinitions"
+}
+
+/// Upstream's CRD strategy: the storage version is always among `status.storedVersions`, so that
+/// objects written in it can be found again.
+fn add_stored_version(crd: &mut Value) {
+    let storage = crd["spec"]["versions"]
+        .as_array()
+        .and_then(|vs| vs.iter().find(|v| v["storage"].as_bool() == Some(true)))
+        .and_then(|v| v["name"].as_str())
+        .map(str::to_string);
+    let Some(storage) = storage else { return };
+    if !crd["status"].is_object() {
+        crd["status"] = json!({});
+    }
+    let stored = &mut crd["status"]["storedVersions"];
+    if !stored.is_array() {
+        *stored = json!([]);
+    }
+    if let Some(list) = stored.as_array_mut() {
+        if !list.iter().any(|v| v == storage.as_str()) {
+            list.push(storage.into());
         }
     }
 }
@@ -61,6 +91,9 @@ pub fn prepare_for_update(resource: &Resource, new: &mut Value, old: &Value) {
     copy_server_meta(new, old);
     if resource.has_subresource("status") {
         set_top(new, "status", old.get("status").cloned());
+    }
+    if is_crd(resource) {
+        add_stored_version(new);
     }
     bump_generation(resource, new, old);
     if resource.group.is_empty() && resource.plural == "services" {
@@ -157,7 +190,23 @@ fn bump_generation(resource: &Resource, new: &mut Value, old: &Value) {
         .and_then(|m| m.get("generation"))
         .and_then(Value::as_i64)
         .unwrap_or(1);
-    let changed = spec_part(new) != spec_part(old);
+    // Custom resources: any change outside metadata moves the generation (upstream's
+    // customresource strategy), status included when there is no status subresource.
+    let changed = if resource.custom {
+        let rest = |o: &Value| -> Map<String, Value> {
+            o.as_object()
+                .map(|m| {
+                    m.iter()
+                        .filter(|(k, _)| k.as_str() != "metadata")
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        rest(new) != rest(old)
+    } else {
+        spec_part(new) != spec_part(old)
+    };
     objects::set_meta(
         new,
         "generation",

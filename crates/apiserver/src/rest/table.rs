@@ -1,8 +1,10 @@
 //! Server-side printing (upstream `registry/rest.TableConvertor`): the `meta.k8s.io/v1` `Table` envelope
-//! around the columns and cells of `apimachinery::printers`, and `PartialObjectMetadata`.
+//! around the columns and cells of `apimachinery::printers` (a CRD version's `additionalPrinterColumns`
+//! for custom resources), and `PartialObjectMetadata`.
 
 use std::time::SystemTime;
 
+use apimachinery::printers::custom::{self, CustomColumn};
 use apimachinery::resources::Resource;
 use serde_json::{json, Map, Value};
 
@@ -20,22 +22,30 @@ pub fn partial_metadata(obj: &Value) -> Value {
 /// A Table of `objects`. `continue_token` goes into the list metadata for paged lists.
 pub fn table(
     resource: &Resource,
+    custom_columns: Option<&[CustomColumn]>,
     objects: &[Value],
     include: IncludeObject,
     resource_version: &str,
     continue_token: Option<&str>,
 ) -> Value {
     let now = SystemTime::now();
-    let columns = if resource.custom {
-        apimachinery::printers::custom_resource_columns()
-    } else {
-        apimachinery::printers::columns(&resource.group, &resource.plural)
+    let columns: Vec<Value> = match custom_columns {
+        Some(cols) => custom::column_definitions(cols),
+        None if resource.custom => apimachinery::printers::custom_resource_columns()
+            .iter()
+            .map(|c| c.to_json())
+            .collect(),
+        None => apimachinery::printers::columns(&resource.group, &resource.plural)
+            .iter()
+            .map(|c| c.to_json())
+            .collect(),
     };
-    let columns: Vec<Value> = columns.iter().map(|c| c.to_json()).collect();
     let rows: Vec<Value> = objects
         .iter()
         .map(|obj| {
-            let cells = if resource.custom {
+            let cells = if let Some(cols) = custom_columns {
+                custom::cells(cols, obj, now)
+            } else if resource.custom {
                 apimachinery::printers::custom_resource_cells(obj, now)
             } else {
                 apimachinery::printers::cells(&resource.group, &resource.plural, obj, now)

@@ -97,7 +97,8 @@ pub async fn watch(ctx: &Ctx<'_>) -> Result<Response<Body>, ApiError> {
             format,
             resource: ctx.resource.clone(),
             metrics: ctx.api.metrics.clone(),
-            convert_to: ctx.stored_version().map(|_| ctx.resource.api_version()),
+            convert: ctx.read_conversion(),
+            columns: ctx.custom_columns(),
         },
         kind: ctx.resource.kind.clone(),
         api_version: ctx.resource.api_version(),
@@ -167,21 +168,30 @@ struct Encoder {
     format: Format,
     resource: Arc<apimachinery::resources::Resource>,
     metrics: Arc<crate::metrics::ApiMetrics>,
-    /// The served apiVersion, for a resource stored in another version.
-    convert_to: Option<String>,
+    /// How stored objects become served ones, when they differ.
+    convert: Option<super::ReadConversion>,
+    /// A custom resource's printer columns.
+    columns: Option<Vec<apimachinery::printers::custom::CustomColumn>>,
 }
 
 impl Encoder {
     fn frame(&self, event: &CacheEvent, kind: EventType) -> Bytes {
-        if let Some(api_version) = &self.convert_to {
+        if let Some(convert) = &self.convert {
             // A converted resource: its frames differ from the stored version's, so they are not shared.
             let mut obj: Value = serde_json::from_slice(&event.object.json).unwrap_or(Value::Null);
-            apimachinery::conversion::to_served(&mut obj, api_version);
+            convert.apply(&mut obj);
             let obj = match self.repr {
                 Representation::Object => obj,
                 Representation::Table { include_object } => {
                     let rv = event.rv.to_string();
-                    table::table(&self.resource, &[obj], include_object, &rv, None)
+                    table::table(
+                        &self.resource,
+                        self.columns.as_deref(),
+                        &[obj],
+                        include_object,
+                        &rv,
+                        None,
+                    )
                 }
                 Representation::Metadata => table::partial_metadata(&obj),
             };
@@ -202,7 +212,14 @@ impl Encoder {
             Representation::Table { include_object } => {
                 let obj: Value = serde_json::from_slice(&event.object.json).unwrap_or(Value::Null);
                 let rv = event.rv.to_string();
-                let t = table::table(&self.resource, &[obj], include_object, &rv, None);
+                let t = table::table(
+                    &self.resource,
+                    self.columns.as_deref(),
+                    &[obj],
+                    include_object,
+                    &rv,
+                    None,
+                );
                 frame_of(self.format, kind.as_str(), &t)
             }
             Representation::Metadata => {

@@ -35,18 +35,40 @@ pub async fn create(ctx: &Ctx<'_>, body: Bytes) -> Result<Response<Body>, ApiErr
             "resourceVersion should not be set on objects to be created",
         ));
     }
-    let warnings = typed::check_fields(
+    if ctx.crd.as_ref().is_some_and(|i| i.terminating) {
+        let mut err = ApiError::method_not_supported(&ctx.qualified(), "create");
+        err.message = "create not allowed while custom resource definition is terminating".into();
+        return Err(err);
+    }
+    let warnings = check_body_fields(
+        ctx,
         &ctx.resource.group,
         &ctx.resource.version,
         &ctx.resource.kind,
         &mut obj,
-        ctx.query.get("fieldValidation"),
     )?;
     prepare_identity(ctx, &mut obj)?;
     let kv = create_object(ctx, obj).await?;
     let mut resp = ctx.object_response(StatusCode::CREATED, kv)?;
     add_warnings(&mut resp, &warnings);
     Ok(resp)
+}
+
+/// Decodes a body's fields: custom resources by their CRD's schema, built-in kinds by their type.
+fn check_body_fields(
+    ctx: &Ctx<'_>,
+    group: &str,
+    version: &str,
+    kind: &str,
+    obj: &mut Value,
+) -> Result<Vec<String>, ApiError> {
+    let mode = ctx.query.get("fieldValidation");
+    match &ctx.crd {
+        Some(info) if kind == info.kind => {
+            crate::crd::handler::check_fields(info, version, obj, mode)
+        }
+        _ => typed::check_fields(group, version, kind, obj, mode),
+    }
 }
 
 /// `Warning: 299 - "<text>"` headers, as upstream sends for unknown fields with `fieldValidation=Warn`.
@@ -97,6 +119,9 @@ async fn create_tracked(ctx: &Ctx<'_>, mut obj: Value, track: bool) -> Result<By
     objects::set_meta(&mut obj, "creationTimestamp", now.clone());
     strategy::prepare_for_create(&ctx.resource, &mut obj);
     apimachinery::defaults::apply_defaults(&group, &kind, &mut obj);
+    if let Some(info) = &ctx.crd {
+        crate::crd::handler::default(info, &ctx.resource.version, &mut obj);
+    }
     if (group.as_str(), kind.as_str()) == ("batch", "Job") {
         apimachinery::defaults::default_job_selector(&mut obj, &uid);
     }
@@ -115,7 +140,17 @@ async fn create_tracked(ctx: &Ctx<'_>, mut obj: Value, track: bool) -> Result<By
             "name or generateName is required",
         )]
     } else {
-        apimachinery::validation::validate_create(&group, &kind, &obj)
+        let mut errs = apimachinery::validation::validate_create(&group, &kind, &obj);
+        if let Some(info) = &ctx.crd {
+            errs.extend(crate::crd::handler::validate(
+                info,
+                &ctx.resource.version,
+                &obj,
+                None,
+                false,
+            ));
+        }
+        errs
     };
     if !errors.is_empty() {
         return Err(ApiError::invalid(&ctx.qualified_kind(), &name, &errors));
@@ -248,13 +283,7 @@ pub async fn update(
     let (g, v) = expected_version
         .split_once('/')
         .unwrap_or(("", expected_version.as_str()));
-    let warnings = typed::check_fields(
-        g,
-        v,
-        &expected_kind,
-        &mut obj,
-        ctx.query.get("fieldValidation"),
-    )?;
+    let warnings = check_body_fields(ctx, g, v, &expected_kind, &mut obj)?;
     let body_name = objects::name(&obj);
     if !body_name.is_empty() && body_name != ctx.name() {
         return Err(ApiError::bad_request(format!(
@@ -304,9 +333,10 @@ pub async fn patch(
     );
     let field_validation = ctx.query.get("fieldValidation").map(str::to_string);
     let scale = sub == Some("scale");
+    let crd = ctx.crd.clone();
     let apply = move |old: &Value| -> Result<Value, ApiError> {
         let target = if scale {
-            super::read::scale_of(old)?
+            scale_view(crd.as_deref(), &version, old)?
         } else {
             old.clone()
         };
@@ -338,7 +368,15 @@ pub async fn patch(
         } else {
             (group.as_str(), version.as_str(), kind.as_str())
         };
-        typed::check_fields(g, v, k, &mut patched, field_validation.as_deref())?;
+        match crd.as_deref().filter(|_| !scale) {
+            Some(info) => crate::crd::handler::check_fields(
+                info,
+                v,
+                &mut patched,
+                field_validation.as_deref(),
+            )?,
+            None => typed::check_fields(g, v, k, &mut patched, field_validation.as_deref())?,
+        };
         Ok(patched)
     };
     guaranteed_update(ctx, sub, None, true, apply).await
@@ -408,12 +446,12 @@ async fn server_side_apply(
             ctx.name()
         )));
     }
-    typed::check_fields(
+    check_body_fields(
+        ctx,
         &ctx.resource.group,
         &ctx.resource.version,
         &ctx.resource.kind,
         &mut config,
-        ctx.query.get("fieldValidation"),
     )?;
     let apply = |old: Option<&Value>| -> Result<Value, ApiError> {
         let now = objects::now_rfc3339();
@@ -447,8 +485,8 @@ async fn guaranteed_update(
     };
     for _ in 0..MAX_RETRIES {
         let (mut old, old_rv) = ctx.current(ctx.namespace(), ctx.name()).await?;
-        if ctx.stored_version().is_some() {
-            apimachinery::conversion::to_served(&mut old, &ctx.resource.api_version());
+        if let Some(conversion) = ctx.read_conversion() {
+            conversion.apply(&mut old);
         }
         let mut new = make(&old)?;
         // A resourceVersion in the new object (a PUT body, or one a patch set) is a precondition.
@@ -468,6 +506,9 @@ async fn guaranteed_update(
                     &ctx.resource.kind,
                     &mut new,
                 );
+                if let Some(info) = &ctx.crd {
+                    crate::crd::handler::default(info, &ctx.resource.version, &mut new);
+                }
                 strategy::prepare_for_update(&ctx.resource, &mut new, &old);
                 new
             }
@@ -481,7 +522,15 @@ async fn guaranteed_update(
                     .and_then(Value::as_i64)
                     .unwrap_or(0);
                 let mut scaled = old.clone();
-                scaled["spec"]["replicas"] = replicas.into();
+                match &ctx.crd {
+                    Some(info) => crate::crd::handler::set_replicas(
+                        info,
+                        &ctx.resource.version,
+                        &mut scaled,
+                        replicas,
+                    )?,
+                    None => scaled["spec"]["replicas"] = replicas.into(),
+                }
                 strategy::prepare_for_update(&ctx.resource, &mut scaled, &old);
                 scaled
             }
@@ -519,12 +568,21 @@ async fn guaranteed_update(
             };
             fieldmanager::on_update(&operation(ctx, tracked, &manager, &now), &old, &mut new)?;
         }
-        let errors = apimachinery::validation::validate_update(
+        let mut errors = apimachinery::validation::validate_update(
             &ctx.resource.group,
             &ctx.resource.kind,
             &new,
             &old,
         );
+        if let Some(info) = &ctx.crd {
+            errors.extend(crate::crd::handler::validate(
+                info,
+                &ctx.resource.version,
+                &new,
+                Some(&old),
+                sub == Some("status"),
+            ));
+        }
         if !errors.is_empty() {
             return Err(ApiError::invalid(
                 &ctx.qualified_kind(),
@@ -572,12 +630,27 @@ async fn guaranteed_update(
     ))
 }
 
+/// The `Scale` view of an object: a CRD's scale paths for custom resources.
+pub fn scale_view(
+    crd: Option<&crate::crd::info::CrdInfo>,
+    version: &str,
+    obj: &Value,
+) -> Result<Value, ApiError> {
+    match crd {
+        Some(info) => crate::crd::handler::scale_of(info, version, obj),
+        None => super::read::scale_of(obj),
+    }
+}
+
 fn respond(ctx: &Ctx<'_>, sub: Option<&str>, json: Bytes) -> Result<Response<Body>, ApiError> {
     if sub == Some("scale") {
-        let obj: Value = serde_json::from_slice(&json).map_err(ApiError::internal)?;
+        let mut obj: Value = serde_json::from_slice(&json).map_err(ApiError::internal)?;
+        if let Some(conversion) = ctx.read_conversion() {
+            conversion.apply(&mut obj);
+        }
         return Ok(crate::response::json_response(
             StatusCode::OK,
-            &super::read::scale_of(&obj)?,
+            &scale_view(ctx.crd.as_deref(), &ctx.resource.version, &obj)?,
         ));
     }
     ctx.object_response(StatusCode::OK, json)

@@ -1,20 +1,25 @@
-//! CustomResourceDefinitions (upstream `apiextensions-apiserver`: the establishing and naming
-//! controllers, and the custom resource handler): a task follows the CRDs in the watch cache, adds each
-//! served version of each CRD to the resource registry (so discovery, OpenAPI paths and the generic REST
-//! handlers serve it), and marks the CRD `NamesAccepted` and `Established`. Custom resources are stored
-//! under `/<group>/<plural>/...`.
+//! CustomResourceDefinitions (upstream `apiextensions-apiserver`: the establishing, naming and
+//! finalizer controllers, and the custom resource handler): a task follows the CRDs in the watch cache,
+//! adds each served version of each CRD to the resource registry (so discovery, OpenAPI paths and the
+//! generic REST handlers serve it), keeps what serving needs in [`info`], and marks the CRD
+//! `NamesAccepted` and `Established`. Custom resources are stored under `/<group>/<plural>/...` in the
+//! storage version; [`handler`] holds what the generic handlers do differently for them (schema
+//! pruning, defaulting and validation, the `None` conversion, scale); [`finalizer`] deletes a deleted
+//! CRD's custom resources before letting the CRD go.
 //!
-//! Differences, for now: all versions share one storage with no conversion (objects keep the
-//! `apiVersion` they were written with); `openAPIV3Schema` is not used to validate, default or prune;
-//! the scale subresource and `additionalPrinterColumns` are not served; deleting a CRD removes its
-//! custom resources right away instead of through the `customresourcecleanup` finalizer.
+//! Differences: no webhook conversion (a CRD with `strategy: Webhook` is served with `None`'s
+//! behaviour), no CEL `x-kubernetes-validations`, and names are accepted without checking conflicts
+//! with other CRDs (upstream's naming controller).
+
+pub mod finalizer;
+pub mod handler;
+pub mod info;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use apimachinery::resources::{Resource, STANDARD_VERBS};
 use serde_json::{json, Value};
-use storage::ListOptions;
 
 use crate::objects;
 use crate::watch_cache::{EventType, WatchStart};
@@ -52,8 +57,15 @@ pub fn resources_of(crd: &Value) -> Vec<Resource> {
         .filter_map(|v| {
             let version = v["name"].as_str()?;
             let mut subresources = Vec::new();
-            if v.pointer("/subresources/status").is_some() {
+            if v.pointer("/subresources/status")
+                .is_some_and(|s| !s.is_null())
+            {
                 subresources.push("status".to_string());
+            }
+            if v.pointer("/subresources/scale")
+                .is_some_and(|s| !s.is_null())
+            {
+                subresources.push("scale".to_string());
             }
             Some(Resource {
                 group: group.to_string(),
@@ -126,11 +138,22 @@ fn desired_status(crd: &Value) -> Value {
             }
         }
     }
+    let mut conditions = vec![
+        condition("NamesAccepted", "NoConflicts", "no conflicts found"),
+        condition(
+            "Established",
+            "InitialNamesAccepted",
+            "the initial names have been accepted",
+        ),
+    ];
+    // Conditions other controllers own (Terminating, from the finalizer) stay as they are.
+    for c in current["conditions"].as_array().into_iter().flatten() {
+        if c["type"] != "NamesAccepted" && c["type"] != "Established" {
+            conditions.push(c.clone());
+        }
+    }
     json!({
-        "conditions": [
-            condition("NamesAccepted", "NoConflicts", "no conflicts found"),
-            condition("Established", "InitialNamesAccepted", "the initial names have been accepted"),
-        ],
+        "conditions": conditions,
         "acceptedNames": names,
         "storedVersions": stored,
     })
@@ -175,12 +198,21 @@ async fn handle(
         for r in &old {
             api.registry.remove(&r.group, &r.version, &r.plural);
         }
-        if let Some(r) = old.first() {
-            delete_all(api, &format!("/{}/", r.storage)).await;
+        if let (Some(group), Some(plural)) = (
+            crd["spec"]["group"].as_str(),
+            crd.pointer("/spec/names/plural").and_then(Value::as_str),
+        ) {
+            api.crds.remove(group, plural);
         }
         return;
     }
     let new = resources_of(&crd);
+    if let Some(info) = info::CrdInfo::parse(&crd) {
+        api.crds.set(info);
+    }
+    if finalizer::pending(&crd) {
+        finalizer::spawn(api.clone(), name.clone());
+    }
     for r in &old {
         if !new
             .iter()
@@ -209,33 +241,6 @@ async fn handle(
             if !e.is_conflict() && !e.is_not_found() {
                 tracing::warn!(crd = %name, error = %e, "cannot update CRD status");
             }
-        }
-    }
-}
-
-/// Removes every custom resource of a deleted CRD.
-async fn delete_all(api: &Arc<ApiServer>, prefix: &str) {
-    loop {
-        let page = match api
-            .store
-            .list(ListOptions {
-                prefix,
-                limit: Some(500),
-                ..Default::default()
-            })
-            .await
-        {
-            Ok(page) => page,
-            Err(e) => {
-                tracing::warn!(prefix, error = %e, "cannot list custom resources to delete");
-                return;
-            }
-        };
-        for kv in &page.items {
-            let _ = api.store.delete(&kv.key, None).await;
-        }
-        if page.items.is_empty() || !page.more {
-            return;
         }
     }
 }

@@ -3,8 +3,10 @@
 //!
 //! Request path: TLS ([`server`]) -> authentication ([`authn`]) -> routing ([`request`]) -> discovery
 //! ([`discovery`]) or the generic REST handlers ([`rest`]) -> storage, with lists and watches served by
-//! the watch cache ([`watch_cache`]). Authorization and admission beyond namespace lifecycle come later.
+//! the watch cache ([`watch_cache`]); admission ([`admission`]: LimitRanger, ResourceQuota) on writes.
+//! Authorization comes later.
 
+pub mod admission;
 pub mod allocator;
 pub mod authn;
 pub mod bootstrap;
@@ -84,6 +86,8 @@ pub struct ApiServer {
     pub metrics: Arc<metrics::ApiMetrics>,
     /// Appended to `/metrics` (the all-in-one server adds its components' metrics).
     pub extra_metrics: Option<metrics::ExtraMetrics>,
+    /// ResourceQuota admission's per-namespace serialization.
+    pub quota: admission::resourcequota::QuotaAdmission,
 }
 
 /// Opens the store, loads the caches, creates the bootstrap objects, writes the certificates and
@@ -149,6 +153,7 @@ pub async fn start_with_metrics(
         bookmark_interval: config.bookmark_interval,
         metrics: Arc::default(),
         extra_metrics,
+        quota: Default::default(),
     });
     let current = store.current_revision().await.map_err(|e| e.to_string())?;
     tokio::spawn(caches.clone().run(store.clone()));

@@ -73,7 +73,8 @@ pub fn matching_resources(input: &[String]) -> Vec<String> {
     out
 }
 
-fn container_list(c: &Container, limits: bool) -> Result<ResourceList, String> {
+/// A container's requests (`limits` false) or limits.
+pub fn container_list(c: &Container, limits: bool) -> Result<ResourceList, String> {
     let r = c.resources.as_ref();
     let list = if limits {
         r.and_then(|r| r.limits.as_ref())
@@ -99,7 +100,7 @@ fn is_sidecar(c: &Container) -> bool {
 /// The pod's effective requests or limits: containers summed, init containers as a running maximum
 /// where restartable (sidecar) init containers add up and stay, then the overhead (upstream
 /// `PodRequests` / `PodLimits`).
-fn pod_resources(pod: &Pod, limits: bool) -> Result<ResourceList, String> {
+fn pod_resources(pod: &Pod, limits: bool, overhead: bool) -> Result<ResourceList, String> {
     let Some(spec) = pod.spec.as_ref() else {
         return Ok(ResourceList::new());
     };
@@ -121,6 +122,9 @@ fn pod_resources(pod: &Pod, limits: bool) -> Result<ResourceList, String> {
         max_into(&mut init_max, &effective);
     }
     max_into(&mut total, &init_max);
+    if !overhead {
+        return Ok(total);
+    }
     let overhead = parse_list(spec.overhead.as_ref()).map_err(|e| format!("overhead: {e}"))?;
     if limits {
         // Overhead only adds to limits that are set.
@@ -138,12 +142,23 @@ fn pod_resources(pod: &Pod, limits: bool) -> Result<ResourceList, String> {
 
 /// The pod's effective requests (upstream `resourcehelper.PodRequests`).
 pub fn pod_requests(pod: &Pod) -> Result<ResourceList, String> {
-    pod_resources(pod, false)
+    pod_resources(pod, false, true)
+}
+
+/// Requests and limits without the pod overhead (the LimitRanger's own `podRequests` /
+/// `podLimits`, which leave it out).
+pub fn pod_requests_and_limits_without_overhead(
+    pod: &Pod,
+) -> Result<(ResourceList, ResourceList), String> {
+    Ok((
+        pod_resources(pod, false, false)?,
+        pod_resources(pod, true, false)?,
+    ))
 }
 
 /// The pod's effective limits (upstream `resourcehelper.PodLimits`).
 pub fn pod_limits(pod: &Pod) -> Result<ResourceList, String> {
-    pod_resources(pod, true)
+    pod_resources(pod, true, true)
 }
 
 /// The compute resources requests and limits are charged under (upstream `podComputeUsageHelper`).

@@ -381,17 +381,17 @@ async fn dispatch(
 /// Creates an object on the server's own behalf (bootstrap objects), through the full create path.
 pub async fn create_internal(
     api: &Arc<ApiServer>,
-    plural: &str,
+    (group, version, plural): (&str, &str, &str),
     namespace: Option<&str>,
     obj: Value,
 ) -> Result<(), ApiError> {
     let resource = api
         .registry
-        .get("", "v1", plural)
-        .ok_or_else(|| ApiError::internal(format!("no resource {plural}")))?;
+        .get(group, version, plural)
+        .ok_or_else(|| ApiError::internal(format!("no resource {plural}.{group}/{version}")))?;
     let req = ResourceRequest {
-        group: String::new(),
-        version: "v1".into(),
+        group: group.to_string(),
+        version: version.to_string(),
         namespace: namespace.map(str::to_string),
         resource: plural.to_string(),
         name: None,

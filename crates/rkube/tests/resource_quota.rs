@@ -34,6 +34,29 @@ fn describe(c: &Cluster, ns: &str, quota: &str) -> Vec<String> {
     rows
 }
 
+/// Waits until the controller has computed the quota: every hard limit has a used value (`kubectl
+/// describe` prints 0 for a missing one, so it cannot tell).
+fn wait_computed(c: &Cluster, ns: &str, quota: &str) {
+    wait_for(&format!("quota {quota} to be computed"), || {
+        let out = c.kubectl(&[
+            "get",
+            "quota",
+            quota,
+            "-n",
+            ns,
+            "-o",
+            "jsonpath={.spec.hard}|{.status.used}",
+        ]);
+        let (hard, used) = out.split_once('|').unwrap_or_default();
+        let keys = |s: &str| -> Vec<String> {
+            serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(s)
+                .map(|m| m.keys().cloned().collect())
+                .unwrap_or_default()
+        };
+        !keys(hard).is_empty() && keys(hard) == keys(used)
+    });
+}
+
 fn wait_describe(c: &Cluster, ns: &str, quota: &str, want: &[&str]) {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
@@ -77,6 +100,7 @@ fn quota_usage_follows_objects_and_refuses_excess() {
         "q1",
         "--hard=pods=2,configmaps=3,count/secrets=4",
     ]);
+    wait_computed(&c, "q1", "demo");
     wait_describe(
         &c,
         "q1",
@@ -190,6 +214,7 @@ fn compute_quota_with_limit_range_defaults() {
         "q2",
         "--hard=requests.cpu=1,limits.memory=1Gi",
     ]);
+    wait_computed(&c, "q2", "compute");
     wait_describe(
         &c,
         "q2",
@@ -247,6 +272,7 @@ fn deployment_stops_at_the_pod_quota() {
     let c = Cluster::start_all(Backend::Sqlite, &["--sim-nodes", "2"]);
     namespace(&c, "q3");
     c.kubectl(&["create", "quota", "pods", "-n", "q3", "--hard=pods=2"]);
+    wait_computed(&c, "q3", "pods");
     wait_describe(&c, "q3", "pods", &["pods=0/2"]);
     c.kubectl(&[
         "create",
@@ -297,4 +323,90 @@ fn deployment_stops_at_the_pod_quota() {
             "jsonpath={.items[0].status.conditions[?(@.type==\"ReplicaFailure\")].reason}",
         ]) == "FailedCreate"
     });
+}
+
+const CRD: &str = r#"apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: widgets.example.com
+spec:
+  group: example.com
+  scope: Namespaced
+  names: {plural: widgets, singular: widget, kind: Widget}
+  versions:
+  - name: v1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
+"#;
+
+#[test]
+fn concurrent_creates_never_overshoot_and_custom_resources_count() {
+    let c = Cluster::start_all(Backend::Sqlite, &["--disable-scheduler"]);
+    namespace(&c, "q4");
+    c.kubectl(&["create", "quota", "cm", "-n", "q4", "--hard=configmaps=10"]);
+    wait_computed(&c, "q4", "cm");
+    wait_describe(&c, "q4", "cm", &["configmaps=1/10"]);
+
+    // 40 concurrent creates for 9 free slots: exactly 9 succeed, the others get 403.
+    let rt = support::runtime();
+    let (created, refused) = rt.block_on(async {
+        use k8s_openapi::api::core::v1::ConfigMap;
+        use kube::api::{Api, PostParams};
+        let client = c.client().await;
+        let api: Api<ConfigMap> = Api::namespaced(client, "q4");
+        let creates = (0..40).map(|i| {
+            let api = api.clone();
+            async move {
+                let cm: ConfigMap = serde_json::from_value(serde_json::json!({
+                    "metadata": {"name": format!("race-{i}")}, "data": {"k": "v"}}))
+                .expect("configmap");
+                api.create(&PostParams::default(), &cm).await
+            }
+        });
+        let results = futures::future::join_all(creates).await;
+        let created = results.iter().filter(|r| r.is_ok()).count();
+        let refused = results
+            .iter()
+            .filter(|r| matches!(r, Err(kube::Error::Api(s)) if s.code == 403 && s.message.contains("exceeded quota: cm")))
+            .count();
+        (created, refused)
+    });
+    assert_eq!((created, refused), (9, 31));
+    wait_describe(&c, "q4", "cm", &["configmaps=10/10"]);
+    let listed = c.kubectl(&["get", "configmaps", "-n", "q4", "-o", "name"]);
+    assert_eq!(listed.lines().count(), 10, "{listed}");
+
+    // A custom resource counted by `count/<resource>.<group>`.
+    c.kubectl_in(&["apply", "-f", "-"], Some(CRD));
+    c.kubectl(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/widgets.example.com",
+        "--timeout=30s",
+    ]);
+    c.kubectl(&[
+        "create",
+        "quota",
+        "widgets",
+        "-n",
+        "q4",
+        "--hard=count/widgets.example.com=2",
+    ]);
+    wait_computed(&c, "q4", "widgets");
+    wait_describe(&c, "q4", "widgets", &["count/widgets.example.com=0/2"]);
+    let widget = |name: &str| {
+        format!("apiVersion: example.com/v1\nkind: Widget\nmetadata:\n  name: {name}\n")
+    };
+    c.kubectl_in(&["create", "-n", "q4", "-f", "-"], Some(&widget("w1")));
+    c.kubectl_in(&["create", "-n", "q4", "-f", "-"], Some(&widget("w2")));
+    let err = c.kubectl_fails(&["create", "-n", "q4", "-f", "-"], Some(&widget("w3")));
+    assert!(
+        err.contains("widgets.example.com \"w3\" is forbidden: exceeded quota: widgets, requested: count/widgets.example.com=1, used: count/widgets.example.com=2, limited: count/widgets.example.com=2"),
+        "{err}"
+    );
+    c.kubectl(&["delete", "widget", "w1", "-n", "q4"]);
+    wait_describe(&c, "q4", "widgets", &["count/widgets.example.com=1/2"]);
+    c.kubectl_in(&["create", "-n", "q4", "-f", "-"], Some(&widget("w3")));
 }

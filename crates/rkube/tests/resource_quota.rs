@@ -323,6 +323,18 @@ fn deployment_stops_at_the_pod_quota() {
             "jsonpath={.items[0].status.conditions[?(@.type==\"ReplicaFailure\")].reason}",
         ]) == "FailedCreate"
     });
+    // And the Deployment carries it over, as upstream.
+    wait_for("the Deployment's ReplicaFailure condition", || {
+        c.kubectl(&[
+            "get",
+            "deployment",
+            "web",
+            "-n",
+            "q3",
+            "-o",
+            "jsonpath={.status.conditions[?(@.type==\"ReplicaFailure\")].reason}",
+        ]) == "FailedCreate"
+    });
 }
 
 const CRD: &str = r#"apiVersion: apiextensions.k8s.io/v1

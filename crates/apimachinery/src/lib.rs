@@ -11,6 +11,8 @@
 //! - [`serializer`]: the wire formats besides JSON: Kubernetes protobuf and CBOR.
 //! - [`schema`]: custom resources' structural schemas: pruning, defaulting, validation.
 //! - [`printers`]: the columns of server-side `Table` output, as `kubectl get` shows them.
+//! - [`quantity`]: resource quantities (`500m`, `1Gi`) with exact arithmetic and canonical printing.
+//! - [`quota`]: resource quota accounting shared by quota admission and the quota controller.
 //!
 //! Objects are handled as `serde_json::Value` in their served JSON form, so the same code serves built-in
 //! kinds and custom resources.
@@ -22,6 +24,8 @@ pub mod fields;
 pub mod labels;
 pub mod patch;
 pub mod printers;
+pub mod quantity;
+pub mod quota;
 pub mod resources;
 pub mod schema;
 pub mod serializer;

@@ -182,6 +182,17 @@ impl ApiError {
         Self::plain(403, "Forbidden", message)
     }
 
+    /// An admission plugin's refusal (upstream `admission.NewForbidden` / `errors.NewForbidden`):
+    /// `<resource> "<name>" is forbidden: <why>`, with the resource and name in the details.
+    pub fn forbidden_about(resource: &Qualified, name: &str, why: &str) -> ApiError {
+        let message = if name.is_empty() {
+            format!("{resource} is forbidden: {why}")
+        } else {
+            format!("{resource} {name:?} is forbidden: {why}")
+        };
+        Self::about(403, "Forbidden", resource, name, message)
+    }
+
     /// A resource exists but the verb is not supported on it.
     pub fn method_not_supported(resource: &Qualified, verb: &str) -> ApiError {
         Self::plain(

@@ -3,8 +3,10 @@
 //!
 //! Request path: TLS ([`server`]) -> authentication ([`authn`]) -> routing ([`request`]) -> discovery
 //! ([`discovery`]) or the generic REST handlers ([`rest`]) -> storage, with lists and watches served by
-//! the watch cache ([`watch_cache`]); authorization ([`authz`]) after authentication.
+//! the watch cache ([`watch_cache`]); authorization ([`authz`]) after authentication; admission
+//! ([`admission`]: LimitRanger, ResourceQuota; [`serviceaccount::admission`]) on writes.
 
+pub mod admission;
 pub mod allocator;
 pub mod authn;
 pub mod authz;
@@ -110,6 +112,8 @@ pub struct ApiServer {
     pub crds: crd::info::CustomResources,
     /// Appended to `/metrics` (the all-in-one server adds its components' metrics).
     pub extra_metrics: Option<metrics::ExtraMetrics>,
+    /// ResourceQuota admission's per-namespace serialization.
+    pub quota: admission::resourcequota::QuotaAdmission,
 }
 
 impl ApiServer {
@@ -205,6 +209,7 @@ pub async fn start_with_metrics(
         metrics: Arc::default(),
         crds: Default::default(),
         extra_metrics,
+        quota: Default::default(),
     });
     let current = store.current_revision().await.map_err(|e| e.to_string())?;
     tokio::spawn(caches.clone().run(store.clone()));

@@ -3,6 +3,7 @@
 //! [`CONTROLLERS`] under upstream's canonical name (and the short alias older releases used), so
 //! `--controllers` reads as upstream's.
 //!
+//! - [`clusterroleaggregation`]: aggregated ClusterRoles get the rules of the roles they select.
 //! - [`cronjob`]: creates Jobs on a cron schedule.
 //! - [`daemonset`]: a pod on every eligible node.
 //! - [`deployment`]: rolls Deployments out through ReplicaSets.
@@ -19,12 +20,14 @@
 //!   that do not tolerate a node's NoExecute taints.
 //! - [`podgc`]: deletes terminated pods over a threshold and pods of vanished nodes.
 //! - [`replicaset`]: keeps a ReplicaSet's (or ReplicationController's) pods.
+//! - [`resourcequota`]: ResourceQuota status (hard limits and current usage).
 //! - [`rootcacertpublisher`]: the `kube-root-ca.crt` ConfigMap in every namespace.
 //! - [`serviceaccount`]: the `default` ServiceAccount in every namespace.
 //! - [`statefulset`]: ordered pods with stable identities and storage.
 //! - [`ttlafterfinished`]: deletes finished Jobs after their TTL.
 
 pub(crate) mod claim;
+pub mod clusterroleaggregation;
 pub mod cronjob;
 pub mod daemonset;
 pub mod deployment;
@@ -40,6 +43,7 @@ pub mod nodeipam;
 pub mod nodelifecycle;
 pub mod podgc;
 pub mod replicaset;
+pub mod resourcequota;
 pub mod rootcacertpublisher;
 pub mod serviceaccount;
 pub mod statefulset;
@@ -66,6 +70,15 @@ pub(crate) fn controller_key(meta: &ObjectMeta, kind: &str) -> Option<String> {
         meta.namespace.as_deref().unwrap_or(""),
         owner.name
     ))
+}
+
+/// The message of a failed API request: the `Status` message for API errors (what upstream's
+/// controllers put in events and conditions), else the error itself.
+pub(crate) fn api_error_message(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(status) if !status.message.is_empty() => status.message.clone(),
+        other => other.to_string(),
+    }
 }
 
 /// The index of pods by `spec.nodeName` several controllers share.
@@ -117,6 +130,8 @@ pub struct ControllerOptions {
     pub pod_gc_quarantine: std::time::Duration,
     /// How often pod GC runs (upstream: a 20 s constant).
     pub pod_gc_period: std::time::Duration,
+    /// Upstream `--resource-quota-sync-period`: how often every quota is recomputed.
+    pub resource_quota_sync_period: std::time::Duration,
 }
 
 impl Default for ControllerOptions {
@@ -131,6 +146,7 @@ impl Default for ControllerOptions {
             terminated_pod_gc_threshold: 12500,
             pod_gc_quarantine: std::time::Duration::from_secs(40),
             pod_gc_period: std::time::Duration::from_secs(20),
+            resource_quota_sync_period: std::time::Duration::from_secs(300),
         }
     }
 }
@@ -288,6 +304,33 @@ pub const CONTROLLERS: &[ControllerDescriptor] = &[
         enabled_by_default: true,
         workers: 1,
         run: |c| Box::pin(podgc::run(c)),
+    },
+    ControllerDescriptor {
+        name: "resourcequota-controller",
+        alias: "resourcequota",
+        enabled_by_default: true,
+        workers: 5,
+        run: |c| {
+            Box::pin(resourcequota::run(
+                c.client.clone(),
+                c.factory.clone(),
+                c.workers,
+                c.options.resource_quota_sync_period,
+            ))
+        },
+    },
+    ControllerDescriptor {
+        name: "clusterrole-aggregation-controller",
+        alias: "clusterrole-aggregation",
+        enabled_by_default: true,
+        workers: 5,
+        run: |c| {
+            Box::pin(clusterroleaggregation::run(
+                c.client.clone(),
+                &c.factory,
+                c.workers,
+            ))
+        },
     },
     ControllerDescriptor {
         name: "job-controller",

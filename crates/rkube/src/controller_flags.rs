@@ -85,6 +85,12 @@ pub struct ControllerFlags {
     /// Concurrent syncs: namespaces being emptied (default: upstream's).
     #[arg(long)]
     concurrent_namespace_syncs: Option<usize>,
+    /// Concurrent syncs: ResourceQuotas (default: upstream's).
+    #[arg(long)]
+    concurrent_resource_quota_syncs: Option<usize>,
+    /// How often every ResourceQuota's usage is recomputed in full.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    resource_quota_sync_period: Duration,
     /// CA bundle published in every namespace as the `kube-root-ca.crt` ConfigMap (default: the
     /// certificate authority of the kubeconfig the controllers use).
     #[arg(long)]
@@ -152,6 +158,10 @@ impl ControllerFlags {
             ),
             ("garbage-collector-controller", self.concurrent_gc_syncs),
             ("namespace-controller", self.concurrent_namespace_syncs),
+            (
+                "resourcequota-controller",
+                self.concurrent_resource_quota_syncs,
+            ),
         ]
         .into_iter()
         .filter_map(|(name, n)| Some((name, n?)))
@@ -164,6 +174,7 @@ impl ControllerFlags {
             terminated_pod_gc_threshold: self.terminated_pod_gc_threshold,
             pod_gc_quarantine: self.pod_gc_quarantine,
             pod_gc_period: self.pod_gc_period,
+            resource_quota_sync_period: self.resource_quota_sync_period,
             node_ipam: controllers::nodeipam::Options {
                 allocate_node_cidrs: self.allocate_node_cidrs.unwrap_or(embedded),
                 cluster_cidr: self

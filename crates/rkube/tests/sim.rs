@@ -155,10 +155,13 @@ fn simulated_nodes_run_pods() {
         // (deletionTimestamp has whole seconds: at least 1 s); the ReplicaSet replaces them.
         let started = Instant::now();
         let doomed: Vec<String> = list.iter().take(20).map(|p| p.metadata.name.clone().unwrap()).collect();
+        let mut responses = Vec::new();
         for name in &doomed {
-            pods.delete(name, &DeleteParams::default()).await.unwrap();
+            responses.push(pods.delete(name, &DeleteParams::default()).await.unwrap());
         }
-        let lingering = pods.get(&doomed[0]).await.unwrap();
+        // A graceful delete answers with the pod, now carrying its deletionTimestamp (read from the
+        // response: on a slow machine the pod may be gone before a later GET).
+        let lingering = responses.remove(0).left().expect("a graceful delete returns the pod");
         assert!(lingering.metadata.deletion_timestamp.is_some());
         eventually("deleted pods gone and replaced", Duration::from_secs(30), || {
             let (pods, doomed) = (pods.clone(), doomed.clone());

@@ -6,7 +6,7 @@
 //!
 //! - [`field`]: field paths and errors; [`names`]: string formats (DNS names, label keys and values).
 //! - `meta`: object metadata and label selectors, for every kind.
-//! - `core_pod`, `core_container`, `core_volume`, `core_scheduling`, `core_service`, `core`: the core
+//! - `core_pod`, `core_container`, `core_volume`, `core_scheduling`, `core_service`, `core_quota`, `core`: the core
 //!   group; `apps`, `batch` (with `cron`): those
 //!   groups; `other`: coordination, scheduling, storage, events, RBAC, networking, discovery, policy,
 //!   autoscaling; `crd`: CustomResourceDefinitions (schemas through `crate::schema`).
@@ -27,6 +27,7 @@ mod batch;
 mod core;
 mod core_container;
 mod core_pod;
+mod core_quota;
 mod core_scheduling;
 mod core_service;
 mod core_volume;
@@ -89,6 +90,7 @@ pub fn validate_create(group: &str, kind: &str, obj: &Value) -> ErrorList {
             "Node" => core::validate_node(obj),
             "Endpoints" => core::validate_endpoints(obj),
             "Event" => core::validate_core_event(obj),
+            "ResourceQuota" => core_quota::validate_resource_quota(obj),
             "ReplicationController" => {
                 let mut errs = meta_only(NameRule::Subdomain);
                 errs.extend(core::validate_replication_controller(obj));
@@ -145,6 +147,7 @@ pub fn validate_update(group: &str, kind: &str, new: &Value, old: &Value) -> Err
             "Secret" => core::validate_secret_update(new, old),
             "Node" => core::validate_node_update(new, old),
             "Event" => core::validate_core_event(new),
+            "ResourceQuota" => core_quota::validate_resource_quota_update(new, old),
             "Endpoints" => {
                 let mut errs = meta_update();
                 errs.extend(not_meta(core::validate_endpoints(new)));

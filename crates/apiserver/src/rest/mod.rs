@@ -447,17 +447,14 @@ async fn dispatch(
 /// Creates an object on the server's own behalf (bootstrap objects), through the full create path.
 pub async fn create_internal(
     api: &Arc<ApiServer>,
-    plural: &str,
+    (group, version, plural): (&str, &str, &str),
     namespace: Option<&str>,
     obj: Value,
 ) -> Result<(), ApiError> {
-    // The group and version come from the object's apiVersion.
-    let api_version = obj["apiVersion"].as_str().unwrap_or("v1");
-    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
     let resource = api
         .registry
         .get(group, version, plural)
-        .ok_or_else(|| ApiError::internal(format!("no resource {plural} in {api_version}")))?;
+        .ok_or_else(|| ApiError::internal(format!("no resource {plural}.{group}/{version}")))?;
     let req = ResourceRequest {
         group: group.to_string(),
         version: version.to_string(),

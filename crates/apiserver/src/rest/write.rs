@@ -10,8 +10,8 @@ use http::{Response, StatusCode};
 use serde_json::Value;
 
 use super::{decode, storage_error, strategy, typed, Ctx};
-use crate::objects;
 use crate::response::Body;
+use crate::{admission, objects};
 
 /// Attempts of an unconditional update before giving up on a hot object.
 const MAX_RETRIES: usize = 20;
@@ -125,6 +125,8 @@ async fn create_tracked(ctx: &Ctx<'_>, mut obj: Value, track: bool) -> Result<By
     if (group.as_str(), kind.as_str()) == ("batch", "Job") {
         apimachinery::defaults::default_job_selector(&mut obj, &uid);
     }
+    let attrs = admission_attributes(ctx, None, admission::Operation::Create);
+    admission::mutate(ctx.api, &attrs, &mut obj, None)?;
     let manager = field_manager(ctx)?;
     if track && !manager.is_empty() {
         // As upstream, a create owns what it set, defaulted fields included.
@@ -158,6 +160,7 @@ async fn create_tracked(ctx: &Ctx<'_>, mut obj: Value, track: bool) -> Result<By
     if ctx.resource.namespaced {
         admit_namespace(ctx, objects::namespace(&obj)).await?;
     }
+    admission::validate(ctx.api, &attrs, &obj, None).await?;
     if (group.as_str(), kind.as_str()) == ("", "Service") {
         ctx.api.services.allocate(&ctx.api.caches, &mut obj)?;
     }
@@ -182,6 +185,26 @@ async fn create_tracked(ctx: &Ctx<'_>, mut obj: Value, track: bool) -> Result<By
             Err(ApiError::already_exists(&ctx.qualified(), &name))
         }
         Err(e) => Err(storage_error(e)),
+    }
+}
+
+/// The admission attributes of a write to the object the request names.
+fn admission_attributes<'a>(
+    ctx: &'a Ctx<'_>,
+    sub: Option<&'a str>,
+    operation: admission::Operation,
+) -> admission::Attributes<'a> {
+    admission::Attributes {
+        group: &ctx.resource.group,
+        resource: &ctx.resource.plural,
+        subresource: sub,
+        namespace: if ctx.resource.namespaced {
+            ctx.namespace()
+        } else {
+            ""
+        },
+        operation,
+        dry_run: ctx.dry_run(),
     }
 }
 
@@ -590,6 +613,8 @@ async fn guaranteed_update(
                 &errors,
             ));
         }
+        let attrs = admission_attributes(ctx, sub, admission::Operation::Update);
+        admission::validate(ctx.api, &attrs, &new, Some(&old)).await?;
         objects::set_meta(&mut new, "resourceVersion", old_rv.to_string());
         if new == old || ctx.dry_run() {
             let json = serde_json::to_vec(&new).map_err(ApiError::internal)?;

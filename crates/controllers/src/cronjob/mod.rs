@@ -362,7 +362,7 @@ async fn reconcile(
                 cj,
                 true,
                 "FailedCreate",
-                &format!("Error creating job: {e}"),
+                &format!("Error creating job: {}", crate::api_error_message(&e)),
             );
             return Err(e.to_string());
         }

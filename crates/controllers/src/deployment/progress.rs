@@ -181,8 +181,48 @@ pub fn timed_out(d: &Deployment, s: &DeploymentStatus, now: Timestamp) -> bool {
 }
 
 /// Upstream `syncRolloutStatus`: the status after a rollout step, with the Progressing condition
-/// updated only when the rollout completed, advanced or ran out of time.
+/// updated only when the rollout completed, advanced or ran out of time, and the ReplicaSets'
+/// `ReplicaFailure` condition (the new one's first) carried over.
 pub fn rollout(
+    d: &Deployment,
+    new_rs: Option<&ReplicaSet>,
+    all: &[&ReplicaSet],
+    now: Timestamp,
+) -> DeploymentStatus {
+    let mut status = rollout_progress(d, new_rs, all, now);
+    match replica_failure(new_rs, all) {
+        Some(c) => set(&mut status, c),
+        None => remove(&mut status, "ReplicaFailure"),
+    }
+    status
+}
+
+/// Upstream `getReplicaFailures` + `ReplicaSetToDeploymentCondition`: the new ReplicaSet's
+/// `ReplicaFailure` condition, else an old one's.
+fn replica_failure(
+    new_rs: Option<&ReplicaSet>,
+    all: &[&ReplicaSet],
+) -> Option<DeploymentCondition> {
+    let failure = |rs: &ReplicaSet| {
+        rs.status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| c.iter().find(|c| c.type_ == "ReplicaFailure"))
+            .map(|c| DeploymentCondition {
+                type_: c.type_.clone(),
+                status: c.status.clone(),
+                reason: c.reason.clone(),
+                message: c.message.clone(),
+                last_update_time: c.last_transition_time.clone(),
+                last_transition_time: c.last_transition_time.clone(),
+            })
+    };
+    new_rs
+        .and_then(failure)
+        .or_else(|| all.iter().find_map(|rs| failure(rs)))
+}
+
+fn rollout_progress(
     d: &Deployment,
     new_rs: Option<&ReplicaSet>,
     all: &[&ReplicaSet],
@@ -305,6 +345,30 @@ mod tests {
 
     fn at(s: i64) -> Timestamp {
         Timestamp::from_second(1_700_000_000 + s).unwrap()
+    }
+
+    #[test]
+    fn replica_failures_are_carried_over() {
+        let d = deployment(json!({"observedGeneration": 2, "replicas": 2, "updatedReplicas": 2}));
+        let mut failing = rs("web-b", 4, 2);
+        failing.status.as_mut().unwrap().conditions = serde_json::from_value(json!([{
+            "type": "ReplicaFailure", "status": "True", "reason": "FailedCreate",
+            "message": "pods \"x\" is forbidden: exceeded quota", "lastTransitionTime": "2023-11-14T22:13:20Z"}]))
+        .unwrap();
+        let s = rollout(&d, Some(&failing), &[&failing], at(5));
+        let c = get(&s, "ReplicaFailure").expect("carried over");
+        assert_eq!(
+            (
+                c.status.as_str(),
+                c.reason.as_deref(),
+                c.last_update_time.clone()
+            ),
+            ("True", Some("FailedCreate"), Some(Time(at(0))))
+        );
+        let healthy = rs("web-b", 4, 4);
+        let recovered = deployment(serde_json::to_value(&s).unwrap());
+        let s = rollout(&recovered, Some(&healthy), &[&healthy], at(10));
+        assert!(get(&s, "ReplicaFailure").is_none());
     }
 
     #[test]

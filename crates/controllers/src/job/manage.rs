@@ -188,7 +188,7 @@ pub(super) async fn manage_job(
                         job,
                         EventType::Warning,
                         "FailedCreate",
-                        &format!("Error creating: {e}"),
+                        &format!("Error creating: {}", crate::api_error_message(&e)),
                     );
                     first_err.get_or_insert(e.to_string());
                 }

@@ -11,10 +11,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use client::controller::{Controller, EnqueueHandler};
+use client::events::{ApiEventSink, EventBroadcaster, EventType, Recorder};
 use client::informer::{split_key, EventHandlerFuncs, SharedInformerFactory};
 use client::workqueue::{default_controller_rate_limiter, QueueConfig, RateLimitingQueue};
 use k8s_openapi::api::apps::v1::ReplicaSet;
-use k8s_openapi::api::core::v1::{Pod, ReplicationController};
+use k8s_openapi::api::core::v1::{ObjectReference, Pod, ReplicationController};
 use kube::api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::Api;
 use serde_json::json;
@@ -121,6 +122,7 @@ impl Source for client::informer::Store<ReplicationController> {
 
 struct Ctx {
     client: kube::Client,
+    recorder: Recorder,
     kind: OwnerKind,
     replicasets: Arc<dyn Source>,
     pods: Arc<client::informer::Store<Pod>>,
@@ -129,6 +131,20 @@ struct Ctx {
 }
 
 impl Ctx {
+    /// Records an event about the controlled object (upstream `RealPodControl`'s events).
+    fn event(&self, rs: &ReplicaSet, type_: EventType, reason: &str, message: &str) {
+        let reference = ObjectReference {
+            api_version: Some(self.kind.api_version()),
+            kind: Some(self.kind.kind.to_string()),
+            name: rs.metadata.name.clone(),
+            namespace: rs.metadata.namespace.clone(),
+            uid: rs.metadata.uid.clone(),
+            resource_version: rs.metadata.resource_version.clone(),
+            ..Default::default()
+        };
+        self.recorder.event(&reference, type_, reason, message);
+    }
+
     /// The key of the object of our kind controlling this pod, if any.
     fn owner_key(&self, pod: &Pod) -> Option<String> {
         crate::controller_key(&pod.metadata, self.kind.kind)
@@ -186,8 +202,16 @@ async fn run_for(
     workers: usize,
 ) {
     let pod_informer = factory.informer::<Pod>();
+    let broadcaster = EventBroadcaster::new();
+    broadcaster.start_recording_to_sink(ApiEventSink::new(client.clone()));
+    // Upstream's component names: "replicaset-controller", "replication-controller".
+    let component = match kind.kind {
+        "ReplicaSet" => "replicaset-controller",
+        _ => "replication-controller",
+    };
     let ctx = Arc::new(Ctx {
         client,
+        recorder: broadcaster.new_recorder(component, ""),
         kind,
         replicasets: source,
         pods: pod_informer.store(),
@@ -319,37 +343,50 @@ async fn sync_replicaset(ctx: &Ctx, key: &str) -> Result<(), String> {
         .and_then(|s| s.replicas)
         .unwrap_or(1)
         .max(0) as usize;
+    // A failure to create or delete is reported in the status before it is returned (upstream).
+    let mut failure: Option<(&str, String)> = None;
     if ctx.expectations.satisfied(key) && rs.metadata.deletion_timestamp.is_none() {
         if active.len() < wanted {
             let diff = (wanted - active.len()).min(sync::BURST_REPLICAS);
-            create_pods(ctx, key, &rs, &pods_api, diff).await?;
+            if let Err(e) = create_pods(ctx, key, &rs, &pods_api, diff).await {
+                failure = Some(("FailedCreate", e));
+            }
         } else if active.len() > wanted {
             let diff = (active.len() - wanted).min(sync::BURST_REPLICAS);
             active.sort_by(|a, b| sync::deletion_order(a, b));
             ctx.expectations.expect(key, 0, diff as i64);
             for pod in active.iter().take(diff) {
-                match pods_api
-                    .delete(
-                        pod.metadata.name.as_deref().unwrap_or(""),
-                        &DeleteParams::default(),
-                    )
-                    .await
-                {
-                    Ok(_) => {}
+                let pod_name = pod.metadata.name.as_deref().unwrap_or("");
+                match pods_api.delete(pod_name, &DeleteParams::default()).await {
+                    Ok(_) => ctx.event(
+                        &rs,
+                        EventType::Normal,
+                        "SuccessfulDelete",
+                        &format!("Deleted pod: {pod_name}"),
+                    ),
                     Err(kube::Error::Api(e)) if e.code == 404 => {
                         ctx.expectations.observed(key, 0, 1)
                     }
                     Err(e) => {
                         ctx.expectations.observed(key, 0, 1);
-                        return Err(format!("delete: {e}"));
+                        let message = crate::api_error_message(&e);
+                        ctx.event(
+                            &rs,
+                            EventType::Warning,
+                            "FailedDelete",
+                            &format!("Error deleting: {message}"),
+                        );
+                        failure = Some(("FailedDelete", message));
+                        break;
                     }
                 }
             }
         }
     }
-    let (status, recheck) = sync::status(&rs, &claim.owned, jiff::Timestamp::now());
+    let now = jiff::Timestamp::now();
+    let (mut status, recheck) = sync::status(&rs, &claim.owned, now);
     let current = serde_json::to_value(&rs.status).unwrap_or_default();
-    let changed = [
+    let mut changed = [
         "replicas",
         "fullyLabeledReplicas",
         "readyReplicas",
@@ -358,6 +395,10 @@ async fn sync_replicaset(ctx: &Ctx, key: &str) -> Result<(), String> {
     ]
     .iter()
     .any(|f| current.get(f).unwrap_or(&json!(0)) != &status[f]);
+    if let Some(conditions) = sync::replica_failure_conditions(&rs, failure.as_ref(), now) {
+        status["conditions"] = conditions;
+        changed = true;
+    }
     if changed {
         let resource = ApiResource {
             group: ctx.kind.group.into(),
@@ -374,6 +415,9 @@ async fn sync_replicaset(ctx: &Ctx, key: &str) -> Result<(), String> {
         )
         .await
         .map_err(|e| format!("status: {e}"))?;
+    }
+    if let Some((_, e)) = failure {
+        return Err(e);
     }
     if let Some(after) = recheck {
         ctx.queue.add_after(key.to_string(), after);
@@ -398,18 +442,41 @@ async fn create_pods(
     while done < count {
         let n = batch.min(count - done);
         let results = futures::future::join_all((0..n).map(|_| api.create(&params, &pod))).await;
-        let failed = results.iter().filter(|r| r.is_err()).count();
         done += n;
-        if failed > 0 {
+        let mut failed = 0;
+        let mut first_error = None;
+        for result in results {
+            match result {
+                Ok(created) => ctx.event(
+                    rs,
+                    EventType::Normal,
+                    "SuccessfulCreate",
+                    &format!(
+                        "Created pod: {}",
+                        created.metadata.name.as_deref().unwrap_or("")
+                    ),
+                ),
+                Err(e) => {
+                    failed += 1;
+                    let message = crate::api_error_message(&e);
+                    // No event while the namespace is going away (upstream).
+                    if !matches!(&e, kube::Error::Api(s) if crate::endpoint::is_ns_terminating(s)) {
+                        ctx.event(
+                            rs,
+                            EventType::Warning,
+                            "FailedCreate",
+                            &format!("Error creating: {message}"),
+                        );
+                    }
+                    first_error.get_or_insert(message);
+                }
+            }
+        }
+        if let Some(err) = first_error {
             // Creates that did not happen (and the skipped ones) will never be observed.
             ctx.expectations
                 .observed(key, (failed + count - done) as i64, 0);
-            let err = results
-                .into_iter()
-                .find_map(Result::err)
-                .map(|e| e.to_string())
-                .unwrap_or_default();
-            return Err(format!("create: {err}"));
+            return Err(err);
         }
         batch *= 2;
     }

@@ -218,9 +218,75 @@ pub fn status(
     (status, next)
 }
 
+/// The status conditions after a sync, when they change (upstream `calculateStatus`): a
+/// `ReplicaFailure` condition (reason FailedCreate or FailedDelete, the error as message) is added
+/// when managing the replicas failed and none is present, and removed once a sync succeeds.
+pub fn replica_failure_conditions(
+    rs: &ReplicaSet,
+    failure: Option<&(&str, String)>,
+    now: Timestamp,
+) -> Option<Value> {
+    let current: Vec<Value> = rs
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .map(|c| {
+            c.iter()
+                .filter_map(|c| serde_json::to_value(c).ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    let is_failure = |c: &Value| c.get("type").and_then(Value::as_str) == Some("ReplicaFailure");
+    let present = current.iter().any(is_failure);
+    match (failure, present) {
+        (Some((reason, message)), false) => {
+            let mut out = current;
+            out.push(json!({
+                "type": "ReplicaFailure",
+                "status": "True",
+                "lastTransitionTime": now.strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
+                "reason": reason,
+                "message": message,
+            }));
+            Some(Value::Array(out))
+        }
+        (None, true) => Some(Value::Array(
+            current.into_iter().filter(|c| !is_failure(c)).collect(),
+        )),
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn replica_failure_condition_comes_and_goes() {
+        let now: Timestamp = "2026-01-01T00:00:00Z".parse().expect("time");
+        let plain = rs();
+        let failing = (
+            "FailedCreate",
+            "pods \"x\" is forbidden: exceeded quota".to_string(),
+        );
+        let added = replica_failure_conditions(&plain, Some(&failing), now).expect("added");
+        assert_eq!(
+            added,
+            json!([{"type": "ReplicaFailure", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z",
+                "reason": "FailedCreate", "message": "pods \"x\" is forbidden: exceeded quota"}])
+        );
+        let mut failed = plain.clone();
+        failed.status = serde_json::from_value(json!({"replicas": 1, "conditions": added})).ok();
+        assert_eq!(
+            replica_failure_conditions(&failed, Some(&failing), now),
+            None
+        );
+        assert_eq!(
+            replica_failure_conditions(&failed, None, now),
+            Some(json!([]))
+        );
+        assert_eq!(replica_failure_conditions(&plain, None, now), None);
+    }
 
     fn rs() -> ReplicaSet {
         serde_json::from_value(json!({

@@ -1,0 +1,13 @@
+//! The rkube kubelet (upstream `pkg/kubelet`): registers its Node, keeps it alive, and runs the pods bound
+//! to it through a CRI runtime (containerd).
+//!
+//! API for other parts of rkube (the kubelet's HTTPS server in [`server`] included):
+//! - [`cri::Runtime::connect`] gives the CRI clients (`runtime`: `RuntimeServiceClient`, `images`:
+//!   `ImageServiceClient`) over the runtime's unix socket; clones share the connection.
+//! - [`cri::Runtime::find_pod_sandbox`] / [`cri::Runtime::find_container`] /
+//!   [`cri::Runtime::pod_containers`] find a pod's sandbox and containers by namespace, pod name and
+//!   container name (the labels in [`cri::labels`]).
+//! - [`cri::logs`]: where container log files are and their CRI format; `ContainerStatus.log_path`
+//!   (from [`cri::Runtime::container_status`]) is a container's file.
+
+pub mod cri;

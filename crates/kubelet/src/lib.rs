@@ -10,4 +10,11 @@
 //! - [`cri::logs`]: where container log files are and their CRI format; `ContainerStatus.log_path`
 //!   (from [`cri::Runtime::container_status`]) is a container's file.
 
+pub mod config;
+pub mod containerd;
 pub mod cri;
+pub mod hash;
+pub mod machine;
+pub mod netns;
+pub mod node;
+pub mod podconfig;

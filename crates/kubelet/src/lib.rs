@@ -13,8 +13,12 @@
 pub mod config;
 pub mod containerd;
 pub mod cri;
+pub mod envvars;
 pub mod hash;
+pub mod kuberuntime;
 pub mod machine;
 pub mod netns;
 pub mod node;
 pub mod podconfig;
+pub mod prober;
+pub mod volumes;

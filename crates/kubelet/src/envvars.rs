@@ -150,7 +150,7 @@ mod tests {
         let lookup = |n: &str| vars.get(n).map(|v| v.to_string());
         for (input, want) in [
             ("$(A)", "a"),
-            ("x$(A)y$(A)", "xayay"),
+            ("x$(A)y$(A)", "xaya"),
             ("$(C)", "$(C)"),
             ("$$(A)", "$(A)"),
             ("$$", "$"),

@@ -324,7 +324,9 @@ mod tests {
             pod_cgroup_parent("/r", &burst),
             "/r/kubepods/burstable/podu1"
         );
-        let guaranteed = pod(serde_json::json!({"limits": {"cpu": "1", "memory": "1Gi"}}));
+        let guaranteed = pod(
+            serde_json::json!({"limits": {"cpu": "1", "memory": "1Gi"}, "requests": {"cpu": "1", "memory": "1Gi"}}),
+        );
         assert_eq!(pod_cgroup_parent("/", &guaranteed), "/kubepods/podu1");
     }
 

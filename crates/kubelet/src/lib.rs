@@ -15,10 +15,16 @@ pub mod containerd;
 pub mod cri;
 pub mod envvars;
 pub mod hash;
+pub mod kubelet;
 pub mod kuberuntime;
 pub mod machine;
 pub mod netns;
 pub mod node;
 pub mod podconfig;
 pub mod prober;
+pub mod status_manager;
+pub mod sync;
 pub mod volumes;
+
+pub use config::KubeletConfig;
+pub use kubelet::run;

@@ -44,7 +44,10 @@ fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) 
         if let Some(v) = f() {
             return v;
         }
-        assert!(Instant::now() < deadline, "timed out after {timeout:?} waiting for {what}");
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
         std::thread::sleep(Duration::from_millis(250));
     }
 }
@@ -62,13 +65,21 @@ impl RealNode {
         std::fs::create_dir_all(data.join("manifests")).unwrap();
         for image in ["pause"].iter().chain(images) {
             let src = images_dir().join(format!("{image}.tar"));
-            assert!(src.exists(), "{} is missing: run scripts/images.sh", src.display());
+            assert!(
+                src.exists(),
+                "{} is missing: run scripts/images.sh",
+                src.display()
+            );
             let dst = data.join("images").join(format!("{image}.tar"));
             if std::fs::hard_link(&src, &dst).is_err() {
                 std::fs::copy(&src, &dst).expect("copy image archive");
             }
         }
-        let id = format!("{}-{}", std::process::id(), COUNTER.fetch_add(1, Ordering::Relaxed));
+        let id = format!(
+            "{}-{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        );
         let netns = format!("rkt-{id}");
         let cgroup_root = format!("/rkube-test-{id}");
         let manifests = data.join("manifests").display().to_string();
@@ -100,7 +111,13 @@ impl RealNode {
         };
         wait_for("the node to be Ready", Duration::from_secs(120), || {
             let out = node.cluster.kubectl_output(
-                &["get", "node", NODE, "-o", "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}"],
+                &[
+                    "get",
+                    "node",
+                    NODE,
+                    "-o",
+                    "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+                ],
                 None,
             );
             (String::from_utf8_lossy(&out.stdout) == "True").then_some(())
@@ -117,15 +134,25 @@ impl RealNode {
     }
 
     fn pod(&self, name: &str) -> Option<Value> {
-        let out = self.cluster.kubectl_output(&["get", "pod", name, "-o", "json"], None);
+        let out = self
+            .cluster
+            .kubectl_output(&["get", "pod", name, "-o", "json"], None);
         out.status
             .success()
             .then(|| serde_json::from_slice(&out.stdout).ok())
             .flatten()
     }
 
-    fn wait_pod(&self, name: &str, what: &str, timeout: Duration, mut f: impl FnMut(&Value) -> bool) -> Value {
-        wait_for(&format!("pod {name}: {what}"), timeout, || self.pod(name).filter(|p| f(p)))
+    fn wait_pod(
+        &self,
+        name: &str,
+        what: &str,
+        timeout: Duration,
+        mut f: impl FnMut(&Value) -> bool,
+    ) -> Value {
+        wait_for(&format!("pod {name}: {what}"), timeout, || {
+            self.pod(name).filter(|p| f(p))
+        })
     }
 
     /// The content of a container attempt's CRI log file.
@@ -137,16 +164,27 @@ impl RealNode {
         ));
         let file = dir.join(container).join(format!("{attempt}.log"));
         let raw = std::fs::read(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
-        String::from_utf8(kubelet::cri::logs::content(&raw).expect("CRI log format")).expect("utf-8")
+        String::from_utf8(kubelet::cri::logs::content(&raw).expect("CRI log format"))
+            .expect("utf-8")
     }
 
     fn events(&self) -> String {
-        self.kubectl(&["get", "events", "-o", "custom-columns=REASON:.reason,MESSAGE:.message"])
+        self.kubectl(&[
+            "get",
+            "events",
+            "-o",
+            "custom-columns=REASON:.reason,MESSAGE:.message",
+        ])
     }
 
     fn runtime(&self) -> kubelet::cri::Runtime {
-        let endpoint = format!("unix://{}", self.data.join("containerd/containerd.sock").display());
-        self.rt.block_on(kubelet::cri::Runtime::connect(&endpoint)).expect("CRI")
+        let endpoint = format!(
+            "unix://{}",
+            self.data.join("containerd/containerd.sock").display()
+        );
+        self.rt
+            .block_on(kubelet::cri::Runtime::connect(&endpoint))
+            .expect("CRI")
     }
 
     /// Everything the node left on the machine goes: pods (through the kubelet while it runs), then
@@ -156,7 +194,15 @@ impl RealNode {
             return;
         }
         let _ = self.cluster.kubectl_output(
-            &["delete", "pods", "--all", "-A", "--force", "--grace-period=0", "--wait=false"],
+            &[
+                "delete",
+                "pods",
+                "--all",
+                "-A",
+                "--force",
+                "--grace-period=0",
+                "--wait=false",
+            ],
             None,
         );
         if let Ok(entries) = std::fs::read_dir(self.data.join("manifests")) {
@@ -173,7 +219,9 @@ impl RealNode {
                 .args(["-n", "k8s.io", "containers", "ls", "-q"])
                 .output();
             match out {
-                Ok(o) if o.status.success() && o.stdout.iter().all(|b| b.is_ascii_whitespace()) => break,
+                Ok(o) if o.status.success() && o.stdout.iter().all(|b| b.is_ascii_whitespace()) => {
+                    break
+                }
                 Ok(o) if !o.status.success() => break,
                 _ => std::thread::sleep(Duration::from_millis(300)),
             }
@@ -195,7 +243,9 @@ fn sweep(data: &Path, cgroup_root: &str, netns: &str) {
     let data_s = data.display().to_string();
     if let Ok(procs) = std::fs::read_dir("/proc") {
         for p in procs.flatten() {
-            let Ok(pid) = p.file_name().to_string_lossy().parse::<i32>() else { continue };
+            let Ok(pid) = p.file_name().to_string_lossy().parse::<i32>() else {
+                continue;
+            };
             let cmdline = std::fs::read(p.path().join("cmdline")).unwrap_or_default();
             let cmdline = String::from_utf8_lossy(&cmdline);
             if cmdline.contains("containerd-shim") && cmdline.contains(&data_s) {
@@ -206,11 +256,17 @@ fn sweep(data: &Path, cgroup_root: &str, netns: &str) {
     let mut cgroups = Vec::new();
     if let Ok(hierarchies) = std::fs::read_dir("/sys/fs/cgroup") {
         for h in hierarchies.flatten() {
-            collect_dirs(&h.path().join(cgroup_root.trim_start_matches('/')), &mut cgroups);
+            collect_dirs(
+                &h.path().join(cgroup_root.trim_start_matches('/')),
+                &mut cgroups,
+            );
         }
     }
     for dir in &cgroups {
-        for pid in std::fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default().lines() {
+        for pid in std::fs::read_to_string(dir.join("cgroup.procs"))
+            .unwrap_or_default()
+            .lines()
+        {
             if let Ok(pid) = pid.trim().parse::<i32>() {
                 unsafe { libc_kill(pid) };
             }
@@ -232,9 +288,13 @@ fn sweep(data: &Path, cgroup_root: &str, netns: &str) {
         .collect();
     mounts.sort_by_key(|m| std::cmp::Reverse(m.len()));
     for m in mounts {
-        let _ = std::process::Command::new("umount").args(["-l", m]).output();
+        let _ = std::process::Command::new("umount")
+            .args(["-l", m])
+            .output();
     }
-    let _ = std::process::Command::new("ip").args(["netns", "del", netns]).output();
+    let _ = std::process::Command::new("ip")
+        .args(["netns", "del", netns])
+        .output();
 }
 
 fn collect_dirs(dir: &Path, out: &mut Vec<PathBuf>) {
@@ -289,13 +349,21 @@ fn seed_pi_job_completes_and_prints_pi() {
             .into_iter()
             .flatten()
             .any(|c| c["type"] == "Complete" && c["status"] == "True");
-        assert_ne!(job["status"]["failed"].as_i64().unwrap_or(0), 6, "the Job failed: {out}");
+        assert_ne!(
+            job["status"]["failed"].as_i64().unwrap_or(0),
+            6,
+            "the Job failed: {out}"
+        );
         (complete && job["status"]["succeeded"] == 5).then_some(())
     });
     let pods: Value =
-        serde_json::from_str(&node.kubectl(&["get", "pods", "-l", "job-name=pi", "-o", "json"])).unwrap();
+        serde_json::from_str(&node.kubectl(&["get", "pods", "-l", "job-name=pi", "-o", "json"]))
+            .unwrap();
     let pods = pods["items"].as_array().unwrap();
-    let succeeded: Vec<&Value> = pods.iter().filter(|p| p["status"]["phase"] == "Succeeded").collect();
+    let succeeded: Vec<&Value> = pods
+        .iter()
+        .filter(|p| p["status"]["phase"] == "Succeeded")
+        .collect();
     assert_eq!(succeeded.len(), 5, "five pods succeeded");
     for p in &succeeded {
         let c = container_status(p, "pi");
@@ -329,20 +397,27 @@ fn static_pod_has_a_mirror_pod_and_stops_with_its_file() {
     assert_eq!(mirror["metadata"]["ownerReferences"][0]["kind"], "Node");
     assert_eq!(mirror["metadata"]["labels"]["app"], "static");
     let runtime = node.runtime();
-    let found = node.rt.block_on(runtime.find_container("default", &mirror_name, "c")).unwrap();
+    let found = node
+        .rt
+        .block_on(runtime.find_container("default", &mirror_name, "c"))
+        .unwrap();
     assert!(found.is_some(), "the static pod's container runs");
 
     std::fs::remove_file(&manifest).unwrap();
     wait_for("the mirror pod to go", Duration::from_secs(120), || {
         node.pod(&mirror_name).is_none().then_some(())
     });
-    wait_for("the static pod's containers to go", Duration::from_secs(60), || {
-        let left = node
-            .rt
-            .block_on(runtime.pod_containers("default", &mirror_name, None))
-            .unwrap();
-        left.is_empty().then_some(())
-    });
+    wait_for(
+        "the static pod's containers to go",
+        Duration::from_secs(60),
+        || {
+            let left = node
+                .rt
+                .block_on(runtime.pod_containers("default", &mirror_name, None))
+                .unwrap();
+            left.is_empty().then_some(())
+        },
+    );
 }
 
 /// A failing liveness probe restarts the container, with CrashLoopBackOff between restarts.
@@ -371,7 +446,10 @@ fn failing_liveness_probe_restarts_with_backoff() {
         saw_backoff
     });
     let events = node.events();
-    assert!(events.contains("Container c failed liveness probe, will be restarted"), "{events}");
+    assert!(
+        events.contains("Container c failed liveness probe, will be restarted"),
+        "{events}"
+    );
     assert!(events.contains("Liveness probe failed"), "{events}");
 }
 
@@ -382,7 +460,9 @@ fn container_over_its_memory_limit_is_oom_killed() {
     node.apply(
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: hog\nspec:\n  restartPolicy: Never\n  containers:\n  - name: c\n    image: busybox\n    command: [sh, -c, \"tail /dev/zero\"]\n    resources:\n      limits: {memory: 32Mi}\n",
     );
-    let pod = node.wait_pod("hog", "Failed", Duration::from_secs(120), |p| p["status"]["phase"] == "Failed");
+    let pod = node.wait_pod("hog", "Failed", Duration::from_secs(120), |p| {
+        p["status"]["phase"] == "Failed"
+    });
     let t = &container_status(&pod, "c")["state"]["terminated"];
     assert_eq!(t["reason"], "OOMKilled", "{pod}");
     assert_eq!(t["exitCode"], 137);
@@ -398,11 +478,20 @@ fn deletion_sends_sigterm_the_container_traps() {
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: trap\nspec:\n  containers:\n  - name: c\n    image: busybox\n    command: [sh, -c, \"trap 'echo TERM-received > /out/signal; exit 0' TERM; echo started > /out/started; while true; do sleep 0.2; done\"]\n    volumeMounts: [{{name: out, mountPath: /out}}]\n  volumes:\n  - name: out\n    hostPath: {{path: {}, type: Directory}}\n",
         out.display()
     ));
-    node.wait_pod("trap", "Running", Duration::from_secs(120), |p| p["status"]["phase"] == "Running");
-    wait_for("the trap to be set", Duration::from_secs(60), || out.join("started").exists().then_some(()));
+    node.wait_pod("trap", "Running", Duration::from_secs(120), |p| {
+        p["status"]["phase"] == "Running"
+    });
+    wait_for("the trap to be set", Duration::from_secs(60), || {
+        out.join("started").exists().then_some(())
+    });
     node.kubectl(&["delete", "pod", "trap", "--wait=false"]);
-    wait_for("the pod to go", Duration::from_secs(60), || node.pod("trap").is_none().then_some(()));
-    assert_eq!(std::fs::read_to_string(out.join("signal")).unwrap_or_default(), "TERM-received\n");
+    wait_for("the pod to go", Duration::from_secs(60), || {
+        node.pod("trap").is_none().then_some(())
+    });
+    assert_eq!(
+        std::fs::read_to_string(out.join("signal")).unwrap_or_default(),
+        "TERM-received\n"
+    );
 }
 
 /// A readiness probe (httpGet, through the pod network) drives the Ready condition.
@@ -412,8 +501,14 @@ fn readiness_probe_drives_ready() {
     node.apply(
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: ready\nspec:\n  containers:\n  - name: c\n    image: busybox\n    command: [sh, -c, \"mkdir -p /www; while [ ! -e /tmp/go ]; do sleep 0.2; done; echo ok > /www/index.html; exec httpd -f -p 8080 -h /www\"]\n    readinessProbe:\n      httpGet: {path: /index.html, port: 8080}\n      periodSeconds: 1\n",
     );
-    let pod = node.wait_pod("ready", "Running", Duration::from_secs(120), |p| p["status"]["phase"] == "Running");
-    assert_eq!(condition(&pod, "Ready"), "False", "not ready before the server listens: {pod}");
+    let pod = node.wait_pod("ready", "Running", Duration::from_secs(120), |p| {
+        p["status"]["phase"] == "Running"
+    });
+    assert_eq!(
+        condition(&pod, "Ready"),
+        "False",
+        "not ready before the server listens: {pod}"
+    );
     assert_eq!(container_status(&pod, "c")["ready"], false);
     // Let the server start: a file through the runtime (exec is the streaming branch's).
     let runtime = node.runtime();
@@ -423,9 +518,16 @@ fn readiness_probe_drives_ready() {
         .unwrap()
         .expect("container");
     node.rt
-        .block_on(kubelet::kuberuntime::exec_sync(&runtime, &c.id, vec!["touch".into(), "/tmp/go".into()], Duration::from_secs(10)))
+        .block_on(kubelet::kuberuntime::exec_sync(
+            &runtime,
+            &c.id,
+            vec!["touch".into(), "/tmp/go".into()],
+            Duration::from_secs(10),
+        ))
         .expect("exec");
-    let pod = node.wait_pod("ready", "Ready", Duration::from_secs(60), |p| condition(p, "Ready") == "True");
+    let pod = node.wait_pod("ready", "Ready", Duration::from_secs(60), |p| {
+        condition(p, "Ready") == "True"
+    });
     assert_eq!(container_status(&pod, "c")["ready"], true);
     assert_eq!(condition(&pod, "ContainersReady"), "True");
 }
@@ -437,25 +539,50 @@ fn kubelet_restart_restarts_nothing() {
     node.apply(
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: steady\nspec:\n  containers:\n  - name: c\n    image: busybox\n    command: [sleep, \"3600\"]\n    readinessProbe:\n      exec: {command: [\"true\"]}\n      periodSeconds: 2\n",
     );
-    let before = node.wait_pod("steady", "Ready", Duration::from_secs(120), |p| condition(p, "Ready") == "True");
-    node.cluster.restart();
-    wait_for("the node to be Ready again", Duration::from_secs(120), || {
-        let out = node.cluster.kubectl_output(
-            &["get", "node", NODE, "-o", "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}"],
-            None,
-        );
-        (String::from_utf8_lossy(&out.stdout) == "True").then_some(())
+    let before = node.wait_pod("steady", "Ready", Duration::from_secs(120), |p| {
+        condition(p, "Ready") == "True"
     });
+    node.cluster.restart();
+    wait_for(
+        "the node to be Ready again",
+        Duration::from_secs(120),
+        || {
+            let out = node.cluster.kubectl_output(
+                &[
+                    "get",
+                    "node",
+                    NODE,
+                    "-o",
+                    "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+                ],
+                None,
+            );
+            (String::from_utf8_lossy(&out.stdout) == "True").then_some(())
+        },
+    );
     // A new pod running proves the restarted kubelet has synced its pods.
     node.apply(
         "apiVersion: v1\nkind: Pod\nmetadata:\n  name: after\nspec:\n  containers:\n  - name: c\n    image: busybox\n    command: [sleep, \"3600\"]\n",
     );
-    node.wait_pod("after", "Running", Duration::from_secs(120), |p| p["status"]["phase"] == "Running");
-    let after = node.wait_pod("steady", "Ready", Duration::from_secs(60), |p| condition(p, "Ready") == "True");
-    let (b, a) = (container_status(&before, "c"), container_status(&after, "c"));
+    node.wait_pod("after", "Running", Duration::from_secs(120), |p| {
+        p["status"]["phase"] == "Running"
+    });
+    let after = node.wait_pod("steady", "Ready", Duration::from_secs(60), |p| {
+        condition(p, "Ready") == "True"
+    });
+    let (b, a) = (
+        container_status(&before, "c"),
+        container_status(&after, "c"),
+    );
     assert_eq!(a["containerID"], b["containerID"], "same container");
     assert_eq!(a["restartCount"], 0);
-    assert_eq!(a["state"]["running"]["startedAt"], b["state"]["running"]["startedAt"]);
-    assert_eq!(after["status"]["podIP"], before["status"]["podIP"], "same sandbox");
+    assert_eq!(
+        a["state"]["running"]["startedAt"],
+        b["state"]["running"]["startedAt"]
+    );
+    assert_eq!(
+        after["status"]["podIP"], before["status"]["podIP"],
+        "same sandbox"
+    );
     node.cleanup();
 }

@@ -44,8 +44,8 @@ pub struct KubeletFlags {
     #[arg(long, default_value_t = 110)]
     pub max_pods: u32,
     /// Run the container runtime (and so the pod network) in network namespace /run/netns/NAME,
-    /// created if missing, instead of the host's (for tests and sandboxes). Only with the containerd
-    /// that `rkube server` starts.
+    /// created if missing, instead of the host's (for tests and sandboxes). With an external runtime:
+    /// the namespace it runs in.
     #[arg(long)]
     pub pod_network_namespace: Option<String>,
     /// Cluster DNS server IPs, comma-separated (pods use the host's resolv.conf when none).
@@ -120,33 +120,45 @@ impl KubeletFlags {
     }
 }
 
-/// `rkube kubelet`: a kubelet against an existing runtime and cluster.
+/// `rkube kubelet`: a kubelet against a cluster. Its runtime is `--container-runtime-endpoint`, else a
+/// system containerd at /run/containerd/containerd.sock, else (as k3s's agent) containerd started as a
+/// child under `<root-dir>/containerd`.
 pub async fn run(args: KubeletArgs) -> Result<(), String> {
-    let endpoint = args
+    let root = args
         .flags
-        .container_runtime_endpoint
+        .root_dir
         .clone()
-        .unwrap_or_else(|| "unix:///run/containerd/containerd.sock".into());
-    if args.flags.pod_network_namespace.is_some() {
-        return Err(
-            "--pod-network-namespace needs the containerd that `rkube server` starts".into(),
-        );
+        .unwrap_or_else(|| PathBuf::from("/var/lib/kubelet"));
+    let system = "/run/containerd/containerd.sock";
+    let mut flags = args.flags.clone();
+    if flags.container_runtime_endpoint.is_none() && std::path::Path::new(system).exists() {
+        flags.container_runtime_endpoint = Some(format!("unix://{system}"));
     }
-    let config = args.flags.config(
-        &endpoint,
-        PathBuf::from("/var/lib/kubelet"),
-        PathBuf::from("/var/log/pods"),
-        args.port,
-    )?;
-    let runtime = kubelet::cri::Runtime::connect(&endpoint)
-        .await
-        .map_err(|e| format!("no container runtime: {e}"))?;
     let client = if args.standalone {
         None
     } else {
         Some(crate::cluster_client(args.kubeconfig.as_deref()).await?)
     };
-    kubelet::run(config, client, runtime).await
+    let node = start_node(
+        &flags,
+        &root,
+        root.join("containerd"),
+        flags
+            .pod_logs_dir
+            .clone()
+            .unwrap_or_else(|| PathBuf::from("/var/log/pods")),
+        client,
+        args.port,
+    )
+    .await?;
+    match node {
+        Some(node) => {
+            let mut node = node;
+            let _ = (&mut node.task).await;
+            Ok(())
+        }
+        None => Err("no container runtime".into()),
+    }
 }
 
 /// The local node of `rkube server`: the runtime it uses (and the containerd child it started).
@@ -169,6 +181,37 @@ pub async fn start_local_node(
     port: u16,
 ) -> Result<Option<LocalNode>, String> {
     let data_dir = std::path::absolute(data_dir).map_err(|e| e.to_string())?;
+    let client = client::kubeconfig::client_from_file(kubeconfig).await?;
+    let root = flags
+        .root_dir
+        .clone()
+        .unwrap_or_else(|| data_dir.join("kubelet"));
+    let logs = flags
+        .pod_logs_dir
+        .clone()
+        .unwrap_or_else(|| data_dir.join("kubelet").join("pod-logs"));
+    start_node(
+        flags,
+        &root,
+        data_dir.join("containerd"),
+        logs,
+        Some(client),
+        port,
+    )
+    .await
+}
+
+/// A kubelet with its runtime: the given endpoint, or containerd started under `containerd_dir`.
+async fn start_node(
+    flags: &KubeletFlags,
+    root_dir: &std::path::Path,
+    containerd_dir: PathBuf,
+    pod_logs_dir: PathBuf,
+    client: Option<kube::Client>,
+    port: u16,
+) -> Result<Option<LocalNode>, String> {
+    let root_dir = std::path::absolute(root_dir).map_err(|e| e.to_string())?;
+    let containerd_dir = std::path::absolute(containerd_dir).map_err(|e| e.to_string())?;
     let (endpoint, containerd) = match &flags.container_runtime_endpoint {
         Some(e) => (e.clone(), None),
         None => {
@@ -179,8 +222,7 @@ pub async fn start_local_node(
                 );
                 return Ok(None);
             }
-            let mut options =
-                kubelet::containerd::ContainerdOptions::new(&data_dir.join("containerd"));
+            let mut options = kubelet::containerd::ContainerdOptions::new(&containerd_dir);
             if let Some(name) = &flags.pod_network_namespace {
                 options.netns = Some(kubelet::netns::ensure_named(name)?);
             }
@@ -188,7 +230,10 @@ pub async fn start_local_node(
                 .map_err(|e| format!("{}: {e}", options.dir.display()))?;
             let c =
                 kubelet::containerd::Containerd::start(options, Duration::from_secs(60)).await?;
-            let images = data_dir.join("images");
+            let images = containerd_dir
+                .parent()
+                .unwrap_or(&containerd_dir)
+                .join("images");
             let imported = c.import_images(&images).await?;
             if !imported.is_empty() {
                 eprintln!(
@@ -203,23 +248,21 @@ pub async fn start_local_node(
     let runtime = kubelet::cri::Runtime::connect(&endpoint)
         .await
         .map_err(|e| format!("no container runtime: {e}"))?;
-    let mut config = flags.config(
-        &endpoint,
-        data_dir.join("kubelet"),
-        data_dir.join("kubelet").join("pod-logs"),
-        port,
-    )?;
+    let mut config = flags.config(&endpoint, root_dir.clone(), pod_logs_dir, port)?;
     if let Some(c) = &containerd {
         config.cni_conf_dir = Some(c.options.cni_conf_dir.clone());
         if let Some(ns) = &c.options.netns {
             config.pod_network = kubelet::netns::PodNetwork::named(ns);
             config.cni_ip_masq = false;
         }
+    } else if let Some(name) = &flags.pod_network_namespace {
+        // An external runtime in a named network namespace: the kubelet dials pods through it.
+        config.pod_network =
+            kubelet::netns::PodNetwork::named(&std::path::Path::new("/run/netns").join(name));
     }
-    let client = client::kubeconfig::client_from_file(kubeconfig).await?;
     let node_name = config.node_name.clone();
     let task = tokio::spawn(async move {
-        if let Err(e) = kubelet::run(config, Some(client), runtime).await {
+        if let Err(e) = kubelet::run(config, client, runtime).await {
             eprintln!("rkube: kubelet: {e}");
         }
     });

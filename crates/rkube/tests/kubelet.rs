@@ -453,7 +453,7 @@ fn failing_liveness_probe_restarts_with_backoff() {
     assert!(events.contains("Liveness probe failed"), "{events}");
 }
 
-/// A container over its memory limit ends OOMKilled.
+/// A container over its memory limit ends OOMKilled; a failing one reports its termination message.
 #[test]
 fn container_over_its_memory_limit_is_oom_killed() {
     let node = RealNode::start(&["busybox"]);
@@ -466,16 +466,30 @@ fn container_over_its_memory_limit_is_oom_killed() {
     let t = &container_status(&pod, "c")["state"]["terminated"];
     assert_eq!(t["reason"], "OOMKilled", "{pod}");
     assert_eq!(t["exitCode"], 137);
+    node.apply(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: bye\nspec:\n  restartPolicy: Never\n  containers:\n  - name: c\n    image: busybox\n    command: [sh, -c, \"echo -n bye > /dev/termination-log; exit 3\"]\n",
+    );
+    let pod = node.wait_pod("bye", "Failed", Duration::from_secs(120), |p| {
+        p["status"]["phase"] == "Failed"
+    });
+    let t = &container_status(&pod, "c")["state"]["terminated"];
+    let got = (
+        t["exitCode"].as_i64(),
+        t["reason"].as_str(),
+        t["message"].as_str(),
+    );
+    assert_eq!(got, (Some(3), Some("Error"), Some("bye")), "{pod}");
 }
 
-/// Deleting a pod sends SIGTERM, which the container traps; the pod then goes.
+/// Deleting a pod sends SIGTERM, which the container traps; the pod then goes. On the way: an init
+/// container runs first, postStart after the start, preStop before the signal.
 #[test]
 fn deletion_sends_sigterm_the_container_traps() {
     let node = RealNode::start(&["busybox"]);
     let out = node.data.join("sigterm-out");
     std::fs::create_dir_all(&out).unwrap();
     node.apply(&format!(
-        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: trap\nspec:\n  containers:\n  - name: c\n    image: busybox\n    command: [sh, -c, \"trap 'echo TERM-received > /out/signal; exit 0' TERM; echo started > /out/started; while true; do sleep 0.2; done\"]\n    volumeMounts: [{{name: out, mountPath: /out}}]\n  volumes:\n  - name: out\n    hostPath: {{path: {}, type: Directory}}\n",
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: trap\nspec:\n  initContainers:\n  - name: init\n    image: busybox\n    command: [sh, -c, \"echo init > /out/init\"]\n    volumeMounts: [{{name: out, mountPath: /out}}]\n  containers:\n  - name: c\n    image: busybox\n    command: [sh, -c, \"test -e /out/init || exit 1; trap 'echo TERM-received > /out/signal; exit 0' TERM; echo started > /out/started; while true; do sleep 0.2; done\"]\n    lifecycle:\n      postStart: {{exec: {{command: [sh, -c, \"echo post > /out/poststart\"]}}}}\n      preStop: {{exec: {{command: [sh, -c, \"echo pre > /out/prestop\"]}}}}\n    volumeMounts: [{{name: out, mountPath: /out}}]\n  volumes:\n  - name: out\n    hostPath: {{path: {}, type: Directory}}\n",
         out.display()
     ));
     node.wait_pod("trap", "Running", Duration::from_secs(120), |p| {

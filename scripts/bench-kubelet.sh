@@ -8,7 +8,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 pods="${1:-100}"
-bin=target/release/rkube
+bin="${RKUBE_BIN:-target/release/rkube}"
 [ -x "$bin" ] || cargo build --release -p rkube
 dir="$(mktemp -d)"
 ns="rkbench-$$"

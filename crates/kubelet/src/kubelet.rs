@@ -138,7 +138,11 @@ impl Kubelet {
                 Some(entry) => {
                     entry.pod = pod;
                     entry.removed |= removed;
-                    entry.wake.notify_one();
+                    // A status-only change is mostly our own write coming back: nothing to do now
+                    // (upstream's RECONCILE handling only matters for readiness gates, read on the next sync).
+                    if update.op != Op::Reconcile {
+                        entry.wake.notify_one();
+                    }
                 }
                 None if removed => {}
                 None => {

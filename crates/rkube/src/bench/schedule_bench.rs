@@ -37,6 +37,12 @@ pub struct ScheduleBenchArgs {
     /// CPU request of each pod.
     #[arg(long, default_value = "100m")]
     cpu: String,
+    /// Memory request of each pod.
+    #[arg(long, default_value = "64Mi")]
+    memory: String,
+    /// The pods' command, split on spaces (real nodes: keep the containers running, e.g. "sleep 3600").
+    #[arg(long)]
+    command: Option<String>,
 }
 
 /// The in-process cluster, stopped when dropped.
@@ -142,15 +148,20 @@ pub async fn run(args: ScheduleBenchArgs) -> Result<(), String> {
     let first = Instant::now();
     let results: Vec<Result<(), String>> = futures::stream::iter(0..args.pods)
         .map(|i| {
-            let (pods, created, cpu) = (pods.clone(), created.clone(), args.cpu.clone());
+            let (pods, created, cpu, memory) = (pods.clone(), created.clone(), args.cpu.clone(), args.memory.clone());
+            let command: Option<Vec<String>> = args.command.as_ref().map(|c| c.split_whitespace().map(String::from).collect());
             async move {
                 let name = format!("p-{run_id}-{i}");
                 let pod: Pod = serde_json::from_value(json!({
                     "metadata": {"name": name},
                     "spec": {"containers": [{"name": "c", "image": "busybox",
-                                             "resources": {"requests": {"cpu": cpu, "memory": "64Mi"}}}]}
+                                             "resources": {"requests": {"cpu": cpu, "memory": memory}}}]}
                 }))
                 .map_err(|e| e.to_string())?;
+                let mut pod = pod;
+                if let (Some(cmd), Some(spec)) = (command, pod.spec.as_mut()) {
+                    spec.containers[0].command = Some(cmd);
+                }
                 created.lock().unwrap_or_else(|e| e.into_inner()).insert(name.clone(), Instant::now());
                 pods.create(&PostParams::default(), &pod).await.map(drop).map_err(|e| format!("create {name}: {e}"))
             }

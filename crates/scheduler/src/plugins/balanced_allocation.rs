@@ -4,7 +4,7 @@
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::framework::resources::pod_requests;
-use crate::framework::{NodeInfo, ScorePlugin, MAX_NODE_SCORE};
+use crate::framework::{CycleState, Plugin, NodeInfo, ScorePlugin, MAX_NODE_SCORE};
 
 /// Uses the actual requests (not the non-zero defaults). A pod requesting neither cpu nor memory
 /// scores 0 everywhere: upstream skips the plugin for it, so that best-effort pods don't pile
@@ -35,11 +35,8 @@ fn balanced_score(dims: &[(i64, i64)]) -> i64 {
 }
 
 impl ScorePlugin for NodeResourcesBalancedAllocation {
-    fn name(&self) -> &'static str {
-        "NodeResourcesBalancedAllocation"
-    }
 
-    fn score(&self, pod: &Pod, node: &NodeInfo) -> i64 {
+    fn score(&self, _state: &CycleState, pod: &Pod, node: &NodeInfo) -> i64 {
         let req = pod_requests(pod);
         if req.milli_cpu == 0 && req.memory == 0 {
             return 0;
@@ -52,10 +49,19 @@ impl ScorePlugin for NodeResourcesBalancedAllocation {
     }
 }
 
+impl Plugin for NodeResourcesBalancedAllocation {
+    fn name(&self) -> &'static str {
+        "NodeResourcesBalancedAllocation"
+    }
+    fn as_score(&self) -> Option<&dyn ScorePlugin> {
+        Some(self)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plugins::testutil::{node, node_info, pod_with_requests};
+    use crate::plugins::testutil::{st, node, node_info, pod_with_requests};
     use serde_json::{json, Value};
 
     fn req(cpu: i64, mem: i64) -> Value {
@@ -137,7 +143,7 @@ mod tests {
         for (name, pod, nodes, want) in cases {
             let got: Vec<i64> = nodes
                 .iter()
-                .map(|ni| NodeResourcesBalancedAllocation.score(&pod, ni))
+                .map(|ni| NodeResourcesBalancedAllocation.score(&st(), &pod, ni))
                 .collect();
             assert_eq!(got, want, "{name}");
         }

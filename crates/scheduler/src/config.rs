@@ -137,7 +137,9 @@ pub struct Profile {
 
 impl Profile {
     pub fn name(&self) -> &str {
-        self.scheduler_name.as_deref().unwrap_or(DEFAULT_SCHEDULER_NAME)
+        self.scheduler_name
+            .as_deref()
+            .unwrap_or(DEFAULT_SCHEDULER_NAME)
     }
 
     pub fn args(&self, plugin: &str) -> Option<&serde_json::Value> {
@@ -226,7 +228,9 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
             .ok_or_else(bad)?;
         let value: f64 = rest[..n].parse().map_err(|_| bad())?;
         rest = &rest[n..];
-        let u = rest.find(|c: char| c.is_ascii_digit()).unwrap_or(rest.len());
+        let u = rest
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(rest.len());
         let unit = match &rest[..u] {
             "ns" => 1e-9,
             "us" | "µs" => 1e-6,
@@ -245,8 +249,8 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
 impl KubeSchedulerConfiguration {
     /// Parses YAML (or JSON), applies upstream's defaults and validates.
     pub fn parse(text: &str) -> Result<KubeSchedulerConfiguration, String> {
-        let mut c: KubeSchedulerConfiguration =
-            serde_yaml_ng::from_str(text).map_err(|e| format!("decoding scheduler configuration: {e}"))?;
+        let mut c: KubeSchedulerConfiguration = serde_yaml_ng::from_str(text)
+            .map_err(|e| format!("decoding scheduler configuration: {e}"))?;
         match (c.api_version.as_deref(), c.kind.as_deref()) {
             (Some(API_VERSION), Some("KubeSchedulerConfiguration")) => {}
             (v, k) => {
@@ -292,29 +296,41 @@ impl KubeSchedulerConfiguration {
         let mut errs = Vec::new();
         if let Some(p) = self.parallelism {
             if p <= 0 {
-                errs.push(format!("parallelism: Invalid value: {p}: should be an integer value greater than zero"));
+                errs.push(format!(
+                    "parallelism: Invalid value: {p}: should be an integer value greater than zero"
+                ));
             }
         }
         let pct = |v: Option<i64>, field: &str, errs: &mut Vec<String>| {
             if let Some(v) = v {
                 if !(0..=100).contains(&v) {
-                    errs.push(format!("{field}: Invalid value: {v}: not in valid range [0-100]"));
+                    errs.push(format!(
+                        "{field}: Invalid value: {v}: not in valid range [0-100]"
+                    ));
                 }
             }
         };
-        pct(self.percentage_of_nodes_to_score, "percentageOfNodesToScore", &mut errs);
+        pct(
+            self.percentage_of_nodes_to_score,
+            "percentageOfNodesToScore",
+            &mut errs,
+        );
         let (init, max) = (
             self.pod_initial_backoff_seconds.unwrap_or(1),
             self.pod_max_backoff_seconds.unwrap_or(10),
         );
         if init <= 0 {
-            errs.push(format!("podInitialBackoffSeconds: Invalid value: {init}: must be greater than 0"));
+            errs.push(format!(
+                "podInitialBackoffSeconds: Invalid value: {init}: must be greater than 0"
+            ));
         }
         if max < init {
             errs.push(format!("podMaxBackoffSeconds: Invalid value: {max}: must be greater than or equal to PodInitialBackoffSeconds"));
         }
         if !self.extenders.is_empty() {
-            errs.push("extenders: Forbidden: scheduler extenders are not supported by rkube".into());
+            errs.push(
+                "extenders: Forbidden: scheduler extenders are not supported by rkube".into(),
+            );
         }
         if let Some(le) = &self.leader_election {
             for (f, v) in [
@@ -342,13 +358,22 @@ impl KubeSchedulerConfiguration {
                 errs.push(format!("profiles[{i}].schedulerName: Required value"));
             }
             if !names.insert(name.to_string()) {
-                errs.push(format!("profiles[{i}].schedulerName: Duplicate value: {name:?}"));
+                errs.push(format!(
+                    "profiles[{i}].schedulerName: Duplicate value: {name:?}"
+                ));
             }
-            pct(p.percentage_of_nodes_to_score, &format!("profiles[{i}].percentageOfNodesToScore"), &mut errs);
+            pct(
+                p.percentage_of_nodes_to_score,
+                &format!("profiles[{i}].percentageOfNodesToScore"),
+                &mut errs,
+            );
             let mut configs = HashSet::new();
             for c in &p.plugin_config {
                 if !configs.insert(c.name.clone()) {
-                    errs.push(format!("profiles[{i}].pluginConfig: Duplicate value: {:?}", c.name));
+                    errs.push(format!(
+                        "profiles[{i}].pluginConfig: Duplicate value: {:?}",
+                        c.name
+                    ));
                 }
             }
             let qs = crate::profile::enabled_at(p, "queueSort").unwrap_or_default();

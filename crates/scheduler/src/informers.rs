@@ -6,7 +6,9 @@
 
 use std::sync::Arc;
 
-use client::informer::{EventHandlerFuncs, InformerConfig, SharedInformer, SharedInformerFactory, Store};
+use client::informer::{
+    EventHandlerFuncs, InformerConfig, SharedInformer, SharedInformerFactory, Store,
+};
 use k8s_openapi::api::apps::v1::{ReplicaSet, StatefulSet};
 use k8s_openapi::api::core::v1::{
     Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, ReplicationController, Service,
@@ -39,11 +41,7 @@ pub fn node_update_action(old: &Node, new: &Node) -> u32 {
     if old.metadata.labels != new.metadata.labels {
         a |= action::UPDATE_NODE_LABEL;
     }
-    let taints = |n: &Node| {
-        n.spec
-            .as_ref()
-            .map(|s| (s.taints.clone(), s.unschedulable))
-    };
+    let taints = |n: &Node| n.spec.as_ref().map(|s| (s.taints.clone(), s.unschedulable));
     if taints(old) != taints(new) {
         a |= action::UPDATE_NODE_TAINT;
     }
@@ -64,7 +62,10 @@ pub fn assigned_pod_update_action(old: &Pod, new: &Pod) -> u32 {
     if old.metadata.labels != new.metadata.labels {
         a |= action::UPDATE_POD_LABEL;
     }
-    let (o, n) = (PodInfo::new(Arc::new(old.clone())), PodInfo::new(Arc::new(new.clone())));
+    let (o, n) = (
+        PodInfo::new(Arc::new(old.clone())),
+        PodInfo::new(Arc::new(new.clone())),
+    );
     if n.requests.milli_cpu < o.requests.milli_cpu || n.requests.memory < o.requests.memory {
         a |= action::UPDATE_POD_SCALE_DOWN;
     }
@@ -90,7 +91,9 @@ fn nominated_node(pod: &Pod) -> Option<&str> {
 fn event(shared: &Shared, resource: EventResource, a: u32) {
     if a != 0 {
         let interest = shared.interest();
-        shared.queue.on_event(ClusterEvent::new(resource, a), &interest);
+        shared
+            .queue
+            .on_event(ClusterEvent::new(resource, a), &interest);
     }
 }
 
@@ -166,7 +169,11 @@ impl Informers {
         self.pods.add_event_handler(
             EventHandlerFuncs::new()
                 .on_add(move |p: &Arc<Pod>, _| {
-                    if p.spec.as_ref().and_then(|s| s.node_name.as_deref()).is_some_and(|n| !n.is_empty()) {
+                    if p.spec
+                        .as_ref()
+                        .and_then(|s| s.node_name.as_deref())
+                        .is_some_and(|n| !n.is_empty())
+                    {
                         on_assigned_pod(&p1, p);
                         event(&p1, EventResource::Pod, action::ADD);
                     } else if let Some(profile) = p1.responsible(p) {
@@ -174,12 +181,21 @@ impl Informers {
                     }
                 })
                 .on_update(move |old: &Arc<Pod>, p: &Arc<Pod>| {
-                    let was_assigned = old.spec.as_ref().and_then(|s| s.node_name.as_deref()).is_some_and(|n| !n.is_empty());
-                    if p.spec.as_ref().and_then(|s| s.node_name.as_deref()).is_some_and(|n| !n.is_empty()) {
+                    let was_assigned = old
+                        .spec
+                        .as_ref()
+                        .and_then(|s| s.node_name.as_deref())
+                        .is_some_and(|n| !n.is_empty());
+                    if p.spec
+                        .as_ref()
+                        .and_then(|s| s.node_name.as_deref())
+                        .is_some_and(|n| !n.is_empty())
+                    {
                         on_assigned_pod(&p2, p);
                         let a = if !was_assigned {
                             action::ADD
-                        } else if !crate::scheduler::terminal(old) && crate::scheduler::terminal(p) {
+                        } else if !crate::scheduler::terminal(old) && crate::scheduler::terminal(p)
+                        {
                             // A finished pod frees its node as a deleted one would.
                             action::DELETE
                         } else {

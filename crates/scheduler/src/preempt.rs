@@ -39,7 +39,9 @@ pub(crate) fn spawn_prepare_candidate(
                 }
             }
             let api: Api<Pod> = Api::namespaced(shared.client.clone(), &ns);
-            let now = jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string();
+            let now = jiff::Timestamp::now()
+                .strftime("%Y-%m-%dT%H:%M:%SZ")
+                .to_string();
             let patch = json!({"status": {"conditions": [{"type": "DisruptionTarget", "status": "True",
                 "reason": "PreemptionByScheduler",
                 "message": format!("{scheduler}: preempting to accommodate a higher priority pod"),
@@ -73,8 +75,10 @@ pub(crate) fn spawn_prepare_candidate(
             );
         }
         for p in &result.clear_nominated {
-            let api: Api<Pod> =
-                Api::namespaced(shared.client.clone(), p.metadata.namespace.as_deref().unwrap_or(""));
+            let api: Api<Pod> = Api::namespaced(
+                shared.client.clone(),
+                p.metadata.namespace.as_deref().unwrap_or(""),
+            );
             let patch = json!({"status": {"nominatedNodeName": null}});
             let name = p.metadata.name.clone().unwrap_or_default();
             if let Err(e) = api

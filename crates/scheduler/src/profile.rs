@@ -49,11 +49,13 @@ pub fn enabled_at(profile: &Profile, point: &str) -> Result<Vec<String>, String>
         .collect())
 }
 
+type GetPlugin<'a> = dyn FnMut(&str) -> Result<Arc<dyn Plugin>, String> + 'a;
+
 /// Upstream `expandMultiPointPlugins` for one extension point: (name, weight) in order.
 fn expand(
     profile: &Profile,
     point: &str,
-    get: &mut dyn FnMut(&str) -> Result<Arc<dyn Plugin>, String>,
+    get: &mut GetPlugin<'_>,
 ) -> Result<Vec<(String, i64)>, String> {
     let plugins = profile.plugins.clone().unwrap_or_default();
     let explicit = plugins.point(point);
@@ -62,10 +64,16 @@ fn expand(
     for p in &explicit.enabled {
         let plugin = get(&p.name)?;
         if !implements(plugin.as_ref(), point) {
-            return Err(format!("plugin {:?} does not extend {point} plugin", p.name));
+            return Err(format!(
+                "plugin {:?} does not extend {point} plugin",
+                p.name
+            ));
         }
         if explicit_names.contains(&p.name) {
-            return Err(format!("plugin {:?} already registered as {point:?}", p.name));
+            return Err(format!(
+                "plugin {:?} already registered as {point:?}",
+                p.name
+            ));
         }
         explicit_names.push(p.name.clone());
     }
@@ -76,12 +84,21 @@ fn expand(
             .iter()
             .find(|p| p.name == name)
             .and_then(|p| p.weight)
-            .or_else(|| multi.enabled.iter().find(|p| p.name == name).and_then(|p| p.weight))
+            .or_else(|| {
+                multi
+                    .enabled
+                    .iter()
+                    .find(|p| p.name == name)
+                    .and_then(|p| p.weight)
+            })
             .filter(|w| *w != 0)
             .unwrap_or(1)
     };
     if disabled.contains(&"*") {
-        return Ok(explicit_names.iter().map(|n| (n.clone(), weight_of(n))).collect());
+        return Ok(explicit_names
+            .iter()
+            .map(|n| (n.clone(), weight_of(n)))
+            .collect());
     }
     let mut overrides = Vec::new();
     let mut from_multi: Vec<String> = Vec::new();
@@ -95,7 +112,10 @@ fn expand(
             continue;
         }
         if from_multi.contains(&p.name) {
-            return Err(format!("plugin {:?} already registered as {point:?}", p.name));
+            return Err(format!(
+                "plugin {:?} already registered as {point:?}",
+                p.name
+            ));
         }
         from_multi.push(p.name.clone());
     }
@@ -105,11 +125,19 @@ fn expand(
         .cloned()
         .collect();
     out.extend(from_multi);
-    out.extend(explicit_names.iter().filter(|n| !overrides.contains(n)).cloned());
-    Ok(out.into_iter().map(|n| {
-        let w = weight_of(&n);
-        (n, w)
-    }).collect())
+    out.extend(
+        explicit_names
+            .iter()
+            .filter(|n| !overrides.contains(n))
+            .cloned(),
+    );
+    Ok(out
+        .into_iter()
+        .map(|n| {
+            let w = weight_of(&n);
+            (n, w)
+        })
+        .collect())
 }
 
 /// Builds the framework of a defaulted profile.
@@ -132,10 +160,8 @@ pub fn new_framework(
     fw.percentage_of_nodes_to_score = profile.percentage_of_nodes_to_score.map(|p| p as u32);
     for point in EXTENSION_POINTS {
         let list = expand(profile, point, &mut get)?;
-        let plugins: Vec<Arc<dyn Plugin>> = list
-            .iter()
-            .map(|(n, _)| get(n))
-            .collect::<Result<_, _>>()?;
+        let plugins: Vec<Arc<dyn Plugin>> =
+            list.iter().map(|(n, _)| get(n)).collect::<Result<_, _>>()?;
         match *point {
             "preEnqueue" => fw.pre_enqueue = plugins,
             "queueSort" => {

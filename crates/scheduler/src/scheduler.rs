@@ -99,7 +99,7 @@ enum Failure {
     /// No node fits: per-node statuses, the PreFilter message when PreFilter rejected the pod,
     /// and the plugins that rejected it.
     Fit {
-        statuses: NodeToStatus,
+        statuses: Box<NodeToStatus>,
         all: usize,
         pre_filter_msg: Option<String>,
         plugins: HashSet<&'static str>,
@@ -143,7 +143,9 @@ impl Shared {
         self.profile_of(pod)
     }
 
-    pub(crate) fn interest(&self) -> impl Fn(usize, &HashSet<&'static str>, &crate::framework::ClusterEvent) -> bool + '_ {
+    pub(crate) fn interest(
+        &self,
+    ) -> impl Fn(usize, &HashSet<&'static str>, &crate::framework::ClusterEvent) -> bool + '_ {
         move |profile, plugins, event| {
             self.frameworks
                 .get(profile)
@@ -158,6 +160,26 @@ impl Shared {
             Ok(()) => self.queue.add(&key, priority(pod), profile),
             Err(_) => self.queue.gate(&key, priority(pod), profile),
         }
+    }
+}
+
+impl SchedulerConfig {
+    /// Reads a `KubeSchedulerConfiguration` file and checks that every profile builds.
+    pub fn from_file(path: &std::path::Path) -> Result<SchedulerConfig, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("reading {}: {e}", path.display()))?;
+        let configuration = KubeSchedulerConfiguration::parse(&text)?;
+        let c = SchedulerConfig { configuration };
+        c.check()?;
+        Ok(c)
+    }
+
+    /// Builds every profile's framework once (plugin names, extension points, args).
+    pub fn check(&self) -> Result<(), String> {
+        for p in &self.configuration.profiles {
+            crate::profile::new_framework(p, Handle::default(), Arc::new(Nominator::default()))?;
+        }
+        Ok(())
     }
 }
 
@@ -230,7 +252,10 @@ pub async fn run_checked(client: kube::Client, config: SchedulerConfig) -> Resul
 
 fn snapshot(shared: &Shared) -> Arc<crate::cache::Snapshot> {
     let mut cache = shared.cache();
-    let mut last = shared.last_cleanup.lock().unwrap_or_else(|e| e.into_inner());
+    let mut last = shared
+        .last_cleanup
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
     if last.elapsed() >= Duration::from_secs(1) {
         cache.cleanup_expired(Instant::now());
         *last = Instant::now();
@@ -250,7 +275,7 @@ fn schedule_pod(
     let all = snapshot.len();
     if all == 0 {
         return Err(Failure::Fit {
-            statuses: NodeToStatus::new(),
+            statuses: Box::default(),
             all: 0,
             pre_filter_msg: None,
             plugins: HashSet::new(),
@@ -261,11 +286,13 @@ fn schedule_pod(
         if !status.is_rejected() {
             return Err(Failure::Error(status.reason().unwrap_or("").to_string()));
         }
-        let statuses = snapshot
-            .nodes
-            .iter()
-            .map(|n| (n.name().to_string(), (status.clone(), plugin.unwrap_or(""))))
-            .collect();
+        let statuses = Box::new(
+            snapshot
+                .nodes
+                .iter()
+                .map(|n| (n.name().to_string(), (status.clone(), plugin.unwrap_or(""))))
+                .collect(),
+        );
         return Err(Failure::Fit {
             statuses,
             all,
@@ -280,8 +307,16 @@ fn schedule_pod(
         .and_then(|s| s.nominated_node_name.as_deref())
         .filter(|n| !n.is_empty());
     if let Some(ni) = nominated.and_then(|n| snapshot.get(n)) {
-        let allowed = pfr.node_names.as_ref().is_none_or(|s| s.contains(ni.name()));
-        if allowed && fw.run_filter_with_nominated_pods(state, pod, ni).0.is_success() {
+        let allowed = pfr
+            .node_names
+            .as_ref()
+            .is_none_or(|s| s.contains(ni.name()));
+        if allowed
+            && fw
+                .run_filter_with_nominated_pods(state, pod, ni)
+                .0
+                .is_success()
+        {
             return Ok(ni.name().to_string());
         }
     }
@@ -303,7 +338,11 @@ fn schedule_pod(
         .map(|p| p as usize)
         .unwrap_or(global_percentage);
     let wanted = feasible_nodes_to_find(nodes.len(), pct);
-    let start = if nodes.is_empty() { 0 } else { *next_start % nodes.len() };
+    let start = if nodes.is_empty() {
+        0
+    } else {
+        *next_start % nodes.len()
+    };
     let (feasible, mut statuses, processed) =
         fw.find_nodes_that_pass_filters(state, pod, nodes, start, wanted);
     *next_start = (*next_start + processed) % all;
@@ -322,9 +361,13 @@ fn schedule_pod(
                 });
             }
         }
-        let plugins = statuses.values().map(|(_, p)| *p).filter(|p| !p.is_empty()).collect();
+        let plugins = statuses
+            .values()
+            .map(|(_, p)| *p)
+            .filter(|p| !p.is_empty())
+            .collect();
         return Err(Failure::Fit {
-            statuses,
+            statuses: Box::new(statuses),
             all,
             pre_filter_msg: None,
             plugins,
@@ -335,7 +378,9 @@ fn schedule_pod(
     }
     let s = fw.run_pre_score(state, pod, &feasible);
     if !s.is_ok() {
-        return Err(Failure::Error(s.reason().unwrap_or("PreScore failed").to_string()));
+        return Err(Failure::Error(
+            s.reason().unwrap_or("PreScore failed").to_string(),
+        ));
     }
     let totals = fw.run_score(state, pod, &feasible);
     Ok(select_host(&feasible, &totals).to_string())
@@ -371,7 +416,12 @@ async fn schedule_one(
         Ok(node) => assume_and_bind(shared, &fw, profile, key, pod, node, state),
         Err(Failure::Error(msg)) => {
             tracing::warn!(pod = %key, error = %msg, "scheduling error");
-            spawn_report(shared, pod.clone(), format!("running the scheduling cycle: {msg}"), None);
+            spawn_report(
+                shared,
+                pod.clone(),
+                format!("running the scheduling cycle: {msg}"),
+                None,
+            );
             shared.queue.error(key, priority(&pod), profile);
         }
         Err(Failure::Fit {
@@ -393,7 +443,9 @@ async fn schedule_one(
                     crate::preempt::spawn_prepare_candidate(shared, &fw, &pod, result.clone());
                 }
                 if let Some(node) = result.nominated_node.as_deref().filter(|n| !n.is_empty()) {
-                    shared.nominator.add(Arc::new(PodInfo::new(pod.clone())), node);
+                    shared
+                        .nominator
+                        .add(Arc::new(PodInfo::new(pod.clone())), node);
                 }
                 let _: &PostFilterResult = &result;
             }
@@ -499,7 +551,12 @@ fn spawn_report(shared: &Arc<Shared>, pod: Arc<Pod>, message: String, nominated:
 
 /// `PodScheduled=False` with reason Unschedulable (and `nominatedNodeName` when PostFilter
 /// nominated or cleared one), and a FailedScheduling event.
-async fn report_unschedulable(shared: &Shared, pod: &Pod, message: &str, nominated: Option<String>) {
+async fn report_unschedulable(
+    shared: &Shared,
+    pod: &Pod,
+    message: &str,
+    nominated: Option<String>,
+) {
     let status = pod.status.as_ref();
     let already = status
         .and_then(|s| s.conditions.as_ref())
@@ -508,9 +565,7 @@ async fn report_unschedulable(shared: &Shared, pod: &Pod, message: &str, nominat
     let current_nomination = status
         .and_then(|s| s.nominated_node_name.clone())
         .unwrap_or_default();
-    let nomination_changes = nominated
-        .as_ref()
-        .is_some_and(|n| *n != current_nomination);
+    let nomination_changes = nominated.as_ref().is_some_and(|n| *n != current_nomination);
     if !already || nomination_changes {
         let now = jiff::Timestamp::now()
             .strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -522,7 +577,8 @@ async fn report_unschedulable(shared: &Shared, pod: &Pod, message: &str, nominat
             "reason": "Unschedulable", "message": message, "lastProbeTime": null, "lastTransitionTime": now}]}});
         if nomination_changes {
             let n = nominated.clone().unwrap_or_default();
-            patch["status"]["nominatedNodeName"] = if n.is_empty() { json!(null) } else { json!(n) };
+            patch["status"]["nominatedNodeName"] =
+                if n.is_empty() { json!(null) } else { json!(n) };
         }
         let api: Api<Pod> = Api::namespaced(
             shared.client.clone(),

@@ -99,7 +99,8 @@ impl Cache {
                 }
             }
             None => {
-                self.nodes.insert(name.clone(), Arc::new(NodeInfo::new(node)));
+                self.nodes
+                    .insert(name.clone(), Arc::new(NodeInfo::new(node)));
             }
         }
         if let Some(info) = self.nodes.get(&name).cloned() {
@@ -283,9 +284,11 @@ mod tests {
 
     fn zoned(name: &str, zone: &str) -> Arc<Node> {
         Arc::new(
-            serde_json::from_value(json!({"metadata": {"name": name, "labels": {"topology.kubernetes.io/zone": zone}},
+            serde_json::from_value(
+                json!({"metadata": {"name": name, "labels": {"topology.kubernetes.io/zone": zone}},
                 "status": {"allocatable": {"cpu": "4", "memory": "8Gi", "pods": "110"},
-                           "images": [{"names": ["img:1"], "sizeBytes": 100}]}}))
+                           "images": [{"names": ["img:1"], "sizeBytes": 100}]}}),
+            )
             .unwrap(),
         )
     }
@@ -310,21 +313,33 @@ mod tests {
         assert!(Arc::ptr_eq(&s1.nodes[0], &s3.nodes[0]));
         assert!(!Arc::ptr_eq(&s1.nodes[1], &s3.nodes[1]));
         assert_eq!(s3.get("b1").unwrap().pods.len(), 1);
-        assert_eq!(s1.get("b1").unwrap().pods.len(), 0, "old snapshots are unchanged");
+        assert_eq!(
+            s1.get("b1").unwrap().pods.len(),
+            0,
+            "old snapshots are unchanged"
+        );
         // A pod with anti-affinity is indexed.
         let anti: Arc<Pod> = Arc::new(serde_json::from_value(json!({"metadata": {"name": "aa", "namespace": "default"},
             "spec": {"nodeName": "a2", "containers": [], "affinity": {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
                 {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "x"}}}]}}}})).unwrap());
         c.update_pod(anti.clone());
         let s4 = c.snapshot();
-        assert_eq!(s4.nodes_with_required_anti_affinity().map(|n| n.name()).collect::<Vec<_>>(), ["a2"]);
+        assert_eq!(
+            s4.nodes_with_required_anti_affinity()
+                .map(|n| n.name())
+                .collect::<Vec<_>>(),
+            ["a2"]
+        );
         assert_eq!(s4.nodes_with_affinity().count(), 1);
         c.remove_pod(&anti);
         assert_eq!(c.snapshot().nodes_with_affinity().count(), 0);
         // Removing a node rebuilds the order and the image counts.
         c.remove_node("a1");
         let s5 = c.snapshot();
-        assert_eq!(s5.nodes.iter().map(|n| n.name()).collect::<Vec<_>>(), ["a2", "b1"]);
+        assert_eq!(
+            s5.nodes.iter().map(|n| n.name()).collect::<Vec<_>>(),
+            ["a2", "b1"]
+        );
         assert_eq!(s5.image_num_nodes.get("img:1"), Some(&2));
     }
 

@@ -40,7 +40,11 @@ pub struct CycleState {
 impl Clone for CycleState {
     fn clone(&self) -> Self {
         CycleState {
-            data: self.data.iter().map(|(k, v)| (*k, (**v).clone_data())).collect(),
+            data: self
+                .data
+                .iter()
+                .map(|(k, v)| (*k, (**v).clone_data()))
+                .collect(),
             snapshot: self.snapshot.clone(),
             skip_filter: self.skip_filter.clone(),
             skip_score: self.skip_score.clone(),
@@ -63,7 +67,9 @@ impl CycleState {
     }
 
     pub fn read<T: 'static>(&self, key: &'static str) -> Option<&T> {
-        self.data.get(key).and_then(|v| (**v).as_any().downcast_ref())
+        self.data
+            .get(key)
+            .and_then(|v| (**v).as_any().downcast_ref())
     }
 
     pub fn read_mut<T: 'static>(&mut self, key: &'static str) -> Option<&mut T> {

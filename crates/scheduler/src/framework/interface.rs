@@ -242,11 +242,19 @@ pub trait PreBindPlugin: Send + Sync {
 
 /// Binds the pod; `Skip` passes to the next Bind plugin.
 pub trait BindPlugin: Send + Sync {
-    fn bind<'a>(&'a self, state: &'a CycleState, pod: &'a Pod, node: &'a str)
-        -> BoxFuture<'a, Status>;
+    fn bind<'a>(
+        &'a self,
+        state: &'a CycleState,
+        pod: &'a Pod,
+        node: &'a str,
+    ) -> BoxFuture<'a, Status>;
 }
 
 pub trait PostBindPlugin: Send + Sync {
-    fn post_bind<'a>(&'a self, state: &'a CycleState, pod: &'a Pod, node: &'a str)
-        -> BoxFuture<'a, ()>;
+    fn post_bind<'a>(
+        &'a self,
+        state: &'a CycleState,
+        pod: &'a Pod,
+        node: &'a str,
+    ) -> BoxFuture<'a, ()>;
 }

@@ -346,8 +346,8 @@ mod tests {
     use super::*;
     use crate::framework::NodeInfo;
     use k8s_openapi::api::core::v1::Node;
-    use std::sync::Arc;
     use serde_json::json;
+    use std::sync::Arc;
 
     #[test]
     fn quantities() {

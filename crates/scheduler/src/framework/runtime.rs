@@ -163,11 +163,18 @@ impl Framework {
         &self,
         state: &mut CycleState,
         pod: &Pod,
-    ) -> (PreFilterResult, Status, Option<&'static str>, Vec<&'static str>) {
+    ) -> (
+        PreFilterResult,
+        Status,
+        Option<&'static str>,
+        Vec<&'static str>,
+    ) {
         let mut result = PreFilterResult::default();
         let mut narrowing = Vec::new();
         for p in &self.pre_filter {
-            let Some(pf) = p.as_pre_filter() else { continue };
+            let Some(pf) = p.as_pre_filter() else {
+                continue;
+            };
             let (r, s) = pf.pre_filter(state, pod);
             match s {
                 Status::Skip => {
@@ -409,7 +416,9 @@ impl Framework {
         let mut reasons = Vec::new();
         let mut last = PostFilterResult::default();
         for p in &self.post_filter {
-            let Some(pf) = p.as_post_filter() else { continue };
+            let Some(pf) = p.as_post_filter() else {
+                continue;
+            };
             let (r, s) = pf.post_filter(state, pod, statuses, self);
             match s {
                 Status::Success => return (r, s),
@@ -463,7 +472,13 @@ impl Framework {
             return (Status::Success, Duration::ZERO);
         }
         let uid = pod.metadata.uid.clone().unwrap_or_default();
-        self.lock_waiting().insert(uid, WaitingPod { pending, done: None });
+        self.lock_waiting().insert(
+            uid,
+            WaitingPod {
+                pending,
+                done: None,
+            },
+        );
         (Status::Wait, timeout)
     }
 

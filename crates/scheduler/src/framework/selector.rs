@@ -150,12 +150,30 @@ mod tests {
             (json!({}), true),
             (json!({"matchLabels": {"app": "web"}}), true),
             (json!({"matchLabels": {"app": "db"}}), false),
-            (json!({"matchExpressions": [{"key": "app", "operator": "In", "values": ["db", "web"]}]}), true),
-            (json!({"matchExpressions": [{"key": "app", "operator": "NotIn", "values": ["web"]}]}), false),
-            (json!({"matchExpressions": [{"key": "x", "operator": "NotIn", "values": ["web"]}]}), true),
-            (json!({"matchExpressions": [{"key": "tier", "operator": "Exists"}]}), true),
-            (json!({"matchExpressions": [{"key": "tier", "operator": "DoesNotExist"}]}), false),
-            (json!({"matchLabels": {"app": "web"}, "matchExpressions": [{"key": "x", "operator": "Exists"}]}), false),
+            (
+                json!({"matchExpressions": [{"key": "app", "operator": "In", "values": ["db", "web"]}]}),
+                true,
+            ),
+            (
+                json!({"matchExpressions": [{"key": "app", "operator": "NotIn", "values": ["web"]}]}),
+                false,
+            ),
+            (
+                json!({"matchExpressions": [{"key": "x", "operator": "NotIn", "values": ["web"]}]}),
+                true,
+            ),
+            (
+                json!({"matchExpressions": [{"key": "tier", "operator": "Exists"}]}),
+                true,
+            ),
+            (
+                json!({"matchExpressions": [{"key": "tier", "operator": "DoesNotExist"}]}),
+                false,
+            ),
+            (
+                json!({"matchLabels": {"app": "web"}, "matchExpressions": [{"key": "x", "operator": "Exists"}]}),
+                false,
+            ),
         ];
         for (s, want) in cases {
             assert_eq!(sel(s.clone()).unwrap().matches(Some(&l)), want, "{s}");

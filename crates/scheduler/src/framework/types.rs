@@ -70,7 +70,11 @@ pub struct PodInfo {
     pub host_ports: Vec<HostPort>,
 }
 
-fn required(pod: &Pod, terms: Option<&Vec<PodAffinityTerm>>, errs: &mut Vec<String>) -> Vec<AffinityTerm> {
+fn required(
+    pod: &Pod,
+    terms: Option<&Vec<PodAffinityTerm>>,
+    errs: &mut Vec<String>,
+) -> Vec<AffinityTerm> {
     terms
         .into_iter()
         .flatten()
@@ -88,7 +92,10 @@ fn weighted(
         .flatten()
         .filter_map(|t| {
             AffinityTerm::new(pod, &t.pod_affinity_term)
-                .map(|term| WeightedAffinityTerm { term, weight: t.weight })
+                .map(|term| WeightedAffinityTerm {
+                    term,
+                    weight: t.weight,
+                })
                 .map_err(|e| errs.push(e))
                 .ok()
         })
@@ -103,22 +110,34 @@ impl PodInfo {
         let paa = affinity.and_then(|a| a.pod_anti_affinity.as_ref());
         let required_affinity_terms = required(
             &pod,
-            pa.and_then(|a| a.required_during_scheduling_ignored_during_execution.as_ref()),
+            pa.and_then(|a| {
+                a.required_during_scheduling_ignored_during_execution
+                    .as_ref()
+            }),
             &mut errs,
         );
         let required_anti_affinity_terms = required(
             &pod,
-            paa.and_then(|a| a.required_during_scheduling_ignored_during_execution.as_ref()),
+            paa.and_then(|a| {
+                a.required_during_scheduling_ignored_during_execution
+                    .as_ref()
+            }),
             &mut errs,
         );
         let preferred_affinity_terms = weighted(
             &pod,
-            pa.and_then(|a| a.preferred_during_scheduling_ignored_during_execution.as_ref()),
+            pa.and_then(|a| {
+                a.preferred_during_scheduling_ignored_during_execution
+                    .as_ref()
+            }),
             &mut errs,
         );
         let preferred_anti_affinity_terms = weighted(
             &pod,
-            paa.and_then(|a| a.preferred_during_scheduling_ignored_during_execution.as_ref()),
+            paa.and_then(|a| {
+                a.preferred_during_scheduling_ignored_during_execution
+                    .as_ref()
+            }),
             &mut errs,
         );
         let mut requests = pod_requests(&pod);
@@ -187,7 +206,13 @@ pub struct NodeInfo {
 
 fn image_sizes(node: &Node) -> HashMap<String, i64> {
     let mut m = HashMap::new();
-    for img in node.status.as_ref().and_then(|s| s.images.as_ref()).into_iter().flatten() {
+    for img in node
+        .status
+        .as_ref()
+        .and_then(|s| s.images.as_ref())
+        .into_iter()
+        .flatten()
+    {
         for name in img.names.iter().flatten() {
             m.insert(name.clone(), img.size_bytes.unwrap_or(0));
         }
@@ -262,7 +287,8 @@ impl NodeInfo {
         self.pods_with_affinity.retain(|p| !is(p));
         self.pods_with_required_anti_affinity.retain(|p| !is(p));
         self.requested.accumulate(&pi.requests, -1);
-        self.non_zero_requested.accumulate(&pi.non_zero_requests, -1);
+        self.non_zero_requested
+            .accumulate(&pi.non_zero_requests, -1);
         // One entry per port the pod added, so another pod's identical entry survives.
         for hp in &pi.host_ports {
             if let Some(j) = self.used_ports.iter().position(|u| u == hp) {

@@ -4,7 +4,7 @@
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::framework::resources::pod_requests;
-use crate::framework::{CycleState, Plugin, NodeInfo, ScorePlugin, MAX_NODE_SCORE};
+use crate::framework::{CycleState, NodeInfo, Plugin, ScorePlugin, MAX_NODE_SCORE};
 
 /// Uses the actual requests (not the non-zero defaults). A pod requesting neither cpu nor memory
 /// scores 0 everywhere: upstream skips the plugin for it, so that best-effort pods don't pile
@@ -35,7 +35,6 @@ fn balanced_score(dims: &[(i64, i64)]) -> i64 {
 }
 
 impl ScorePlugin for NodeResourcesBalancedAllocation {
-
     fn score(&self, _state: &CycleState, pod: &Pod, node: &NodeInfo) -> i64 {
         let req = pod_requests(pod);
         if req.milli_cpu == 0 && req.memory == 0 {
@@ -61,7 +60,7 @@ impl Plugin for NodeResourcesBalancedAllocation {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plugins::testutil::{st, node, node_info, pod_with_requests};
+    use crate::plugins::testutil::{node, node_info, pod_with_requests, st};
     use serde_json::{json, Value};
 
     fn req(cpu: i64, mem: i64) -> Value {

@@ -71,7 +71,10 @@ mod tests {
         let mut p = pod("web", json!({}));
         p.metadata.uid = Some("u1".into());
         let b = binding(&p, "n1");
-        assert_eq!(b["metadata"], json!({"name": "web", "namespace": "default", "uid": "u1"}));
+        assert_eq!(
+            b["metadata"],
+            json!({"name": "web", "namespace": "default", "uid": "u1"})
+        );
         assert_eq!(b["target"]["name"], "n1");
         assert_eq!(b["kind"], "Binding");
     }

@@ -150,32 +150,59 @@ fn split_by_pdb(
 impl DefaultPreemption {
     pub fn new(args: Args, handle: Handle) -> Result<DefaultPreemption, String> {
         if !(0..=100).contains(&args.min_candidate_nodes_percentage) {
-            return Err(format!("minCandidateNodesPercentage: Invalid value: {}: not in valid range [0, 100]", args.min_candidate_nodes_percentage));
+            return Err(format!(
+                "minCandidateNodesPercentage: Invalid value: {}: not in valid range [0, 100]",
+                args.min_candidate_nodes_percentage
+            ));
         }
         if args.min_candidate_nodes_absolute < 0 {
-            return Err(format!("minCandidateNodesAbsolute: Invalid value: {}: not in valid range [0, inf)", args.min_candidate_nodes_absolute));
+            return Err(format!(
+                "minCandidateNodesAbsolute: Invalid value: {}: not in valid range [0, inf)",
+                args.min_candidate_nodes_absolute
+            ));
         }
         if args.min_candidate_nodes_percentage == 0 && args.min_candidate_nodes_absolute == 0 {
-            return Err("minCandidateNodesPercentage, minCandidateNodesAbsolute: both cannot be zero".into());
+            return Err(
+                "minCandidateNodesPercentage, minCandidateNodesAbsolute: both cannot be zero"
+                    .into(),
+            );
         }
         Ok(DefaultPreemption { handle, args })
     }
 
     /// Upstream `PodEligibleToPreemptOthers`.
-    fn eligible(&self, state: &CycleState, pod: &Pod, statuses: &NodeToStatus) -> Result<(), String> {
+    fn eligible(
+        &self,
+        state: &CycleState,
+        pod: &Pod,
+        statuses: &NodeToStatus,
+    ) -> Result<(), String> {
         let spec = pod.spec.as_ref();
         if spec.and_then(|s| s.preemption_policy.as_deref()) == Some("Never") {
             return Err("not eligible due to preemptionPolicy=Never.".into());
         }
-        let nominated = pod.status.as_ref().and_then(|s| s.nominated_node_name.as_deref()).unwrap_or("");
+        let nominated = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.nominated_node_name.as_deref())
+            .unwrap_or("");
         if !nominated.is_empty() {
-            if matches!(statuses.get(nominated), Some((Status::UnschedulableAndUnresolvable(_), _))) {
+            if matches!(
+                statuses.get(nominated),
+                Some((Status::UnschedulableAndUnresolvable(_), _))
+            ) {
                 return Ok(());
             }
             if let Some(ni) = state.snapshot.get(nominated) {
                 let prio = priority(pod);
-                if ni.pods.iter().any(|p| priority(&p.pod) < prio && terminating_by_preemption(&p.pod)) {
-                    return Err("not eligible due to a terminating pod on the nominated node.".into());
+                if ni
+                    .pods
+                    .iter()
+                    .any(|p| priority(&p.pod) < prio && terminating_by_preemption(&p.pod))
+                {
+                    return Err(
+                        "not eligible due to a terminating pod on the nominated node.".into(),
+                    );
                 }
             }
         }
@@ -226,7 +253,10 @@ impl DefaultPreemption {
                 if !s.is_success() {
                     return Err(s);
                 }
-                let fits = fw.run_filter_with_nominated_pods(&state, pod, &ni).0.is_success();
+                let fits = fw
+                    .run_filter_with_nominated_pods(&state, pod, &ni)
+                    .0
+                    .is_success();
                 if !fits {
                     ni.remove_pod(pi.namespace(), pi.name());
                     let s = fw.run_pre_filter_remove_pod(&mut state, pod, &pi, &ni);
@@ -331,7 +361,10 @@ impl DefaultPreemption {
         }
         let all = &state.snapshot.nodes;
         if all.is_empty() {
-            return (PostFilterResult::default(), Status::Error("no nodes available".into()));
+            return (
+                PostFilterResult::default(),
+                Status::Error("no nodes available".into()),
+            );
         }
         let potential: Vec<&Arc<NodeInfo>> = all
             .iter()
@@ -345,14 +378,18 @@ impl DefaultPreemption {
         };
         if potential.is_empty() {
             reasons.insert(NOT_HELPFUL.into(), all.len());
-            return (clear, Status::Unschedulable(fit_message(all.len(), &reasons)));
+            return (
+                clear,
+                Status::Unschedulable(fit_message(all.len(), &reasons)),
+            );
         }
         let pdbs = self.handle.listers.pdbs.list();
         let wanted = self.num_candidates(potential.len());
         let offset = rand::rng().random_range(0..potential.len());
         let (non_violating, total) = (AtomicUsize::new(0), AtomicUsize::new(0));
         let results = fw.parallelizer().map(potential.len(), |i| {
-            if non_violating.load(Ordering::Relaxed) > 0 && total.load(Ordering::Relaxed) >= wanted {
+            if non_violating.load(Ordering::Relaxed) > 0 && total.load(Ordering::Relaxed) >= wanted
+            {
                 return None;
             }
             let node = potential[(offset + i) % potential.len()];
@@ -372,8 +409,16 @@ impl DefaultPreemption {
         for (node, r) in results.into_iter().flatten() {
             match r {
                 Ok((victims, pdb_violations)) if !victims.is_empty() => {
-                    let c = Candidate { node, victims, pdb_violations };
-                    if pdb_violations == 0 { ok.push(c) } else { violating.push(c) }
+                    let c = Candidate {
+                        node,
+                        victims,
+                        pdb_violations,
+                    };
+                    if pdb_violations == 0 {
+                        ok.push(c)
+                    } else {
+                        violating.push(c)
+                    }
                 }
                 Ok(_) => {
                     failed += 1;
@@ -396,7 +441,10 @@ impl DefaultPreemption {
                 *reasons.entry(NOT_HELPFUL.into()).or_default() += unresolvable;
             }
             let _ = failed;
-            return (clear, Status::Unschedulable(fit_message(all.len(), &reasons)));
+            return (
+                clear,
+                Status::Unschedulable(fit_message(all.len(), &reasons)),
+            );
         };
         let prio = priority(pod);
         let clear_nominated = fw

@@ -23,7 +23,10 @@ impl Plugin for ImageLocality {
 
 /// Upstream `normalizedImageName`: a name without a tag or digest means `:latest`.
 pub fn normalized_image_name(name: &str) -> String {
-    if name.rfind(':').map_or(true, |c| name.rfind('/').is_some_and(|s| c < s)) {
+    if name
+        .rfind(':')
+        .is_none_or(|c| name.rfind('/').is_some_and(|s| c < s))
+    {
         format!("{name}:latest")
     } else {
         name.to_string()
@@ -48,14 +51,23 @@ impl ScorePlugin for ImageLocality {
             return calculate_priority(0, spec.containers.len());
         }
         let total = state.snapshot.len().max(1) as f64;
-        let containers = spec.init_containers.iter().flatten().chain(&spec.containers);
+        let containers = spec
+            .init_containers
+            .iter()
+            .flatten()
+            .chain(&spec.containers);
         let mut sum = 0i64;
         let mut count = 0;
         for c in containers {
             count += 1;
             let name = normalized_image_name(c.image.as_deref().unwrap_or(""));
             if let Some(&size) = node.image_sizes.get(&name) {
-                let nodes = state.snapshot.image_num_nodes.get(&name).copied().unwrap_or(1);
+                let nodes = state
+                    .snapshot
+                    .image_num_nodes
+                    .get(&name)
+                    .copied()
+                    .unwrap_or(1);
                 sum += (size as f64 * (nodes as f64 / total)) as i64;
             }
         }
@@ -79,8 +91,14 @@ mod tests {
     fn names() {
         assert_eq!(normalized_image_name("nginx"), "nginx:latest");
         assert_eq!(normalized_image_name("nginx:1.2"), "nginx:1.2");
-        assert_eq!(normalized_image_name("host:5000/nginx"), "host:5000/nginx:latest");
-        assert_eq!(normalized_image_name("host:5000/nginx:1"), "host:5000/nginx:1");
+        assert_eq!(
+            normalized_image_name("host:5000/nginx"),
+            "host:5000/nginx:latest"
+        );
+        assert_eq!(
+            normalized_image_name("host:5000/nginx:1"),
+            "host:5000/nginx:1"
+        );
     }
 
     #[test]
@@ -112,7 +130,10 @@ mod tests {
         // 40 MB on one node of three: 40/3 = 13.3 MB < 23 MB threshold -> 0.
         let p1 = p(&["gcr.io/40", "gcr.io/250"]);
         // node2: 250/3 = 83.3 MB -> 100 * (83.3 - 23) / (2000 - 23) = 3
-        assert_eq!((score(&p1, &n1), score(&p1, &n2), score(&p1, &n3)), (0, 3, 0));
+        assert_eq!(
+            (score(&p1, &n1), score(&p1, &n2), score(&p1, &n3)),
+            (0, 3, 0)
+        );
         // 2000 MB image capped at 1000 MB per container (one container): 2000/3 = 666 -> 65
         let p2 = p(&["gcr.io/2000"]);
         assert_eq!((score(&p2, &n1), score(&p2, &n2)), (0, 65));

@@ -177,8 +177,14 @@ mod tests {
             let p = new_plugin(name, None, &h).unwrap();
             assert_eq!(p.name(), *name);
         }
-        assert!(new_plugin("Nope", None, &h).err().unwrap().contains("does not exist"));
-        assert!(new_plugin("VolumeZone", None, &h).err().unwrap().contains("not implemented"));
+        assert!(new_plugin("Nope", None, &h)
+            .err()
+            .unwrap()
+            .contains("does not exist"));
+        assert!(new_plugin("VolumeZone", None, &h)
+            .err()
+            .unwrap()
+            .contains("not implemented"));
         let bad = serde_json::json!({"scoringStrategy": {"type": "Bogus"}});
         assert!(new_plugin("NodeResourcesFit", Some(&bad), &h).is_err());
     }

@@ -8,7 +8,10 @@ use k8s_openapi::api::core::v1::{NodeSelectorRequirement, NodeSelectorTerm, Pod}
 
 use super::default_normalize_score;
 use crate::framework::{action, ClusterEvent, EventResource};
-use crate::framework::{CycleState, Plugin, PreFilterPlugin, PreFilterResult, FilterPlugin, NodeInfo, ScorePlugin, Status, MAX_NODE_SCORE};
+use crate::framework::{
+    CycleState, FilterPlugin, NodeInfo, Plugin, PreFilterPlugin, PreFilterResult, ScorePlugin,
+    Status, MAX_NODE_SCORE,
+};
 
 pub const ERR_REASON_POD: &str = "node(s) didn't match Pod's node affinity/selector";
 
@@ -98,7 +101,10 @@ fn node_labels(node: &NodeInfo) -> &BTreeMap<String, String> {
 }
 
 /// Upstream `corev1.MatchNodeSelectorTerms`: any term of the selector matches the node.
-pub fn node_selector_matches(sel: &k8s_openapi::api::core::v1::NodeSelector, node: &NodeInfo) -> bool {
+pub fn node_selector_matches(
+    sel: &k8s_openapi::api::core::v1::NodeSelector,
+    node: &NodeInfo,
+) -> bool {
     let labels = node_labels(node);
     sel.node_selector_terms
         .iter()
@@ -129,12 +135,11 @@ pub fn required_node_affinity_matches(pod: &Pod, node: &NodeInfo) -> bool {
         Some(sel) => sel
             .node_selector_terms
             .iter()
-            .any(|t| term_matches(t, &labels, node.name())),
+            .any(|t| term_matches(t, labels, node.name())),
     }
 }
 
 impl FilterPlugin for NodeAffinity {
-
     fn filter(&self, _state: &CycleState, pod: &Pod, node: &NodeInfo) -> Status {
         if required_node_affinity_matches(pod, node) {
             Status::Success
@@ -145,7 +150,6 @@ impl FilterPlugin for NodeAffinity {
 }
 
 impl ScorePlugin for NodeAffinity {
-
     /// The sum of the weights of the preferred terms the node matches.
     fn score(&self, _state: &CycleState, pod: &Pod, node: &NodeInfo) -> i64 {
         let preferred = pod
@@ -164,7 +168,7 @@ impl ScorePlugin for NodeAffinity {
         let labels = node_labels(node);
         preferred
             .iter()
-            .filter(|p| p.weight != 0 && term_matches(&p.preference, &labels, node.name()))
+            .filter(|p| p.weight != 0 && term_matches(&p.preference, labels, node.name()))
             .map(|p| i64::from(p.weight))
             .sum()
     }
@@ -172,7 +176,6 @@ impl ScorePlugin for NodeAffinity {
     fn normalize(&self, _state: &CycleState, _pod: &Pod, scores: &mut [i64]) {
         default_normalize_score(MAX_NODE_SCORE, false, scores);
     }
-
 }
 
 impl Plugin for NodeAffinity {
@@ -206,12 +209,22 @@ impl PreFilterPlugin for NodeAffinity {
         let required = spec
             .and_then(|s| s.affinity.as_ref())
             .and_then(|a| a.node_affinity.as_ref())
-            .and_then(|na| na.required_during_scheduling_ignored_during_execution.as_ref());
+            .and_then(|na| {
+                na.required_during_scheduling_ignored_during_execution
+                    .as_ref()
+            });
         let has_selector = spec
             .and_then(|s| s.node_selector.as_ref())
             .is_some_and(|s| !s.is_empty());
         let Some(required) = required else {
-            return (None, if has_selector { Status::Success } else { Status::Skip });
+            return (
+                None,
+                if has_selector {
+                    Status::Success
+                } else {
+                    Status::Skip
+                },
+            );
         };
         let mut names: Option<HashSet<String>> = None;
         for t in &required.node_selector_terms {
@@ -235,7 +248,12 @@ impl PreFilterPlugin for NodeAffinity {
                 None,
                 Status::UnschedulableAndUnresolvable(ERR_REASON_CONFLICT.into()),
             ),
-            Some(n) => (Some(PreFilterResult { node_names: Some(n) }), Status::Success),
+            Some(n) => (
+                Some(PreFilterResult {
+                    node_names: Some(n),
+                }),
+                Status::Success,
+            ),
             None => (None, Status::Success),
         }
     }
@@ -244,7 +262,7 @@ impl PreFilterPlugin for NodeAffinity {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plugins::testutil::{st, labeled_node, pod};
+    use crate::plugins::testutil::{labeled_node, pod, st};
     use serde_json::{json, Value};
 
     fn expr(key: &str, op: &str, values: &[&str]) -> Value {
@@ -547,7 +565,9 @@ mod tests {
                 .iter()
                 .enumerate()
                 .map(|(i, l)| {
-                    ScorePlugin::score(&NodeAffinity, &st(),
+                    ScorePlugin::score(
+                        &NodeAffinity,
+                        &st(),
                         &p,
                         &labeled_node(&format!("n{i}"), l.clone()),
                     )

@@ -3,14 +3,13 @@
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::framework::{action, ClusterEvent, EventResource};
-use crate::framework::{CycleState, Plugin, FilterPlugin, NodeInfo, Status};
+use crate::framework::{CycleState, FilterPlugin, NodeInfo, Plugin, Status};
 
 pub const ERR_REASON: &str = "node(s) didn't match the requested node name";
 
 pub struct NodeName;
 
 impl FilterPlugin for NodeName {
-
     fn filter(&self, _state: &CycleState, pod: &Pod, node: &NodeInfo) -> Status {
         match pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
             Some(wanted) if !wanted.is_empty() && wanted != node.name() => {
@@ -36,7 +35,7 @@ impl Plugin for NodeName {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plugins::testutil::{st, labeled_node, pod};
+    use crate::plugins::testutil::{labeled_node, pod, st};
     use serde_json::json;
 
     #[test]

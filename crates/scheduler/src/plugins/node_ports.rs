@@ -4,7 +4,9 @@ use k8s_openapi::api::core::v1::Pod;
 
 use crate::framework::resources::pod_host_ports;
 use crate::framework::{action, ClusterEvent, EventResource};
-use crate::framework::{CycleState, Plugin, PreFilterPlugin, PreFilterResult, FilterPlugin, HostPort, NodeInfo, Status};
+use crate::framework::{
+    CycleState, FilterPlugin, HostPort, NodeInfo, Plugin, PreFilterPlugin, PreFilterResult, Status,
+};
 
 pub const ERR_REASON: &str = "node(s) didn't have free ports for the requested pod ports";
 
@@ -28,7 +30,6 @@ pub fn fits(pod: &Pod, node: &NodeInfo) -> bool {
 }
 
 impl FilterPlugin for NodePorts {
-
     fn filter(&self, state: &CycleState, pod: &Pod, node: &NodeInfo) -> Status {
         let fit = match state.read::<Vec<HostPort>>(STATE_KEY) {
             Some(ports) => ports.iter().all(|p| !conflicts(&node.used_ports, p)),
@@ -77,7 +78,7 @@ impl PreFilterPlugin for NodePorts {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plugins::testutil::{st, node, node_info, pod};
+    use crate::plugins::testutil::{node, node_info, pod, st};
     use serde_json::{json, Value};
 
     /// A pod with one container binding "PROTO/IP/PORT" host ports.

@@ -73,8 +73,14 @@ pub struct FitArgs {
 
 pub(crate) fn default_resources() -> Vec<ResourceSpec> {
     vec![
-        ResourceSpec { name: "cpu".into(), weight: 1 },
-        ResourceSpec { name: "memory".into(), weight: 1 },
+        ResourceSpec {
+            name: "cpu".into(),
+            weight: 1,
+        },
+        ResourceSpec {
+            name: "memory".into(),
+            weight: 1,
+        },
     ]
 }
 
@@ -274,7 +280,10 @@ impl Plugin for NodeResourcesFit {
     }
     fn events_to_register(&self) -> Vec<ClusterEvent> {
         vec![
-            ClusterEvent::new(EventResource::Pod, action::DELETE | action::UPDATE_POD_SCALE_DOWN),
+            ClusterEvent::new(
+                EventResource::Pod,
+                action::DELETE | action::UPDATE_POD_SCALE_DOWN,
+            ),
             ClusterEvent::new(
                 EventResource::Node,
                 action::ADD | action::UPDATE_NODE_ALLOCATABLE,
@@ -382,7 +391,7 @@ impl ScorePlugin for NodeResourcesFit {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plugins::testutil::{st, node, node_info, pod_with_requests};
+    use crate::plugins::testutil::{node, node_info, pod_with_requests, st};
     use serde_json::{json, Value};
 
     /// Upstream's test node: cpu 10m, memory 20, pods 32, example.com/aaa 5, storage 20, hugepages-2Mi 5.

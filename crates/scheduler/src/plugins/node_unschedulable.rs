@@ -5,14 +5,13 @@ use k8s_openapi::api::core::v1::{Pod, Taint};
 
 use super::taint_toleration::tolerations_tolerate_taint;
 use crate::framework::{action, ClusterEvent, EventResource};
-use crate::framework::{CycleState, Plugin, FilterPlugin, NodeInfo, Status};
+use crate::framework::{CycleState, FilterPlugin, NodeInfo, Plugin, Status};
 
 pub const ERR_REASON_UNSCHEDULABLE: &str = "node(s) were unschedulable";
 
 pub struct NodeUnschedulable;
 
 impl FilterPlugin for NodeUnschedulable {
-
     fn filter(&self, _state: &CycleState, pod: &Pod, node: &NodeInfo) -> Status {
         let unschedulable = node
             .node
@@ -48,7 +47,10 @@ impl Plugin for NodeUnschedulable {
     fn events_to_register(&self) -> Vec<ClusterEvent> {
         vec![
             ClusterEvent::new(EventResource::Node, action::ADD | action::UPDATE_NODE_TAINT),
-            ClusterEvent::new(EventResource::UnscheduledPod, action::UPDATE_POD_TOLERATIONS),
+            ClusterEvent::new(
+                EventResource::UnscheduledPod,
+                action::UPDATE_POD_TOLERATIONS,
+            ),
         ]
     }
     fn as_filter(&self) -> Option<&dyn FilterPlugin> {
@@ -59,7 +61,7 @@ impl Plugin for NodeUnschedulable {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plugins::testutil::{st, node, node_info, pod};
+    use crate::plugins::testutil::{node, node_info, pod, st};
     use serde_json::json;
 
     #[test]

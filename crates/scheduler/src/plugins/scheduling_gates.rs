@@ -33,7 +33,10 @@ impl PreEnqueuePlugin for SchedulingGates {
             return Status::Success;
         }
         let names: Vec<&str> = gates.iter().map(|g| g.name.as_str()).collect();
-        Status::Pending(format!("waiting for scheduling gates: [{}]", names.join(" ")))
+        Status::Pending(format!(
+            "waiting for scheduling gates: [{}]",
+            names.join(" ")
+        ))
     }
 }
 
@@ -54,7 +57,11 @@ mod tests {
             ),
         ];
         for (spec, want) in cases {
-            assert_eq!(SchedulingGates.pre_enqueue(&pod("p", spec.clone())), want, "{spec}");
+            assert_eq!(
+                SchedulingGates.pre_enqueue(&pod("p", spec.clone())),
+                want,
+                "{spec}"
+            );
         }
     }
 }

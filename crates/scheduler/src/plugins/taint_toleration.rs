@@ -5,7 +5,9 @@ use k8s_openapi::api::core::v1::{Pod, Taint, Toleration};
 
 use super::default_normalize_score;
 use crate::framework::{action, ClusterEvent, EventResource};
-use crate::framework::{CycleState, Plugin, FilterPlugin, NodeInfo, ScorePlugin, Status, MAX_NODE_SCORE};
+use crate::framework::{
+    CycleState, FilterPlugin, NodeInfo, Plugin, ScorePlugin, Status, MAX_NODE_SCORE,
+};
 
 pub struct TaintToleration;
 
@@ -27,7 +29,6 @@ fn tolerations(pod: &Pod) -> &[Toleration] {
 }
 
 impl FilterPlugin for TaintToleration {
-
     fn filter(&self, _state: &CycleState, pod: &Pod, node: &NodeInfo) -> Status {
         let tolerations = tolerations(pod);
         let untolerated = taints(node).iter().find(|t| {
@@ -46,7 +47,6 @@ impl FilterPlugin for TaintToleration {
 }
 
 impl ScorePlugin for TaintToleration {
-
     /// The number of PreferNoSchedule taints the pod doesn't tolerate (lower is better).
     fn score(&self, _state: &CycleState, pod: &Pod, node: &NodeInfo) -> i64 {
         if taints(node).is_empty() {
@@ -72,7 +72,6 @@ impl ScorePlugin for TaintToleration {
     fn normalize(&self, _state: &CycleState, _pod: &Pod, scores: &mut [i64]) {
         default_normalize_score(MAX_NODE_SCORE, true, scores);
     }
-
 }
 
 impl Plugin for TaintToleration {
@@ -82,7 +81,10 @@ impl Plugin for TaintToleration {
     fn events_to_register(&self) -> Vec<ClusterEvent> {
         vec![
             ClusterEvent::new(EventResource::Node, action::ADD | action::UPDATE_NODE_TAINT),
-            ClusterEvent::new(EventResource::UnscheduledPod, action::UPDATE_POD_TOLERATIONS),
+            ClusterEvent::new(
+                EventResource::UnscheduledPod,
+                action::UPDATE_POD_TOLERATIONS,
+            ),
         ]
     }
     fn as_filter(&self) -> Option<&dyn FilterPlugin> {
@@ -96,7 +98,7 @@ impl Plugin for TaintToleration {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plugins::testutil::{st, pod, tainted_node};
+    use crate::plugins::testutil::{pod, st, tainted_node};
     use serde_json::{json, Value};
 
     fn taint(key: &str, value: &str, effect: &str) -> Value {

@@ -23,7 +23,8 @@ use crate::framework::{
     PreBindPlugin, PreFilterPlugin, PreFilterResult, Status,
 };
 
-pub const ERR_REASON_BIND_CONFLICT: &str = "node(s) didn't find available persistent volumes to bind";
+pub const ERR_REASON_BIND_CONFLICT: &str =
+    "node(s) didn't find available persistent volumes to bind";
 pub const ERR_REASON_NODE_CONFLICT: &str = "node(s) had volume node affinity conflict";
 pub const ERR_REASON_PV_NOT_EXIST: &str =
     "node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s)";
@@ -145,8 +146,14 @@ impl Plugin for VolumeBinding {
     }
     fn events_to_register(&self) -> Vec<ClusterEvent> {
         vec![
-            ClusterEvent::new(EventResource::PersistentVolumeClaim, action::ADD | action::UPDATE),
-            ClusterEvent::new(EventResource::PersistentVolume, action::ADD | action::UPDATE),
+            ClusterEvent::new(
+                EventResource::PersistentVolumeClaim,
+                action::ADD | action::UPDATE,
+            ),
+            ClusterEvent::new(
+                EventResource::PersistentVolume,
+                action::ADD | action::UPDATE,
+            ),
             ClusterEvent::new(EventResource::StorageClass, action::ADD | action::UPDATE),
             ClusterEvent::new(EventResource::Node, action::ADD | action::UPDATE_NODE_LABEL),
         ]
@@ -181,12 +188,9 @@ impl PreFilterPlugin for VolumeBinding {
                 );
             };
             if ephemeral {
-                let owned = pvc
-                    .metadata
-                    .owner_references
-                    .iter()
-                    .flatten()
-                    .any(|o| o.controller == Some(true) && Some(&o.uid) == pod.metadata.uid.as_ref());
+                let owned = pvc.metadata.owner_references.iter().flatten().any(|o| {
+                    o.controller == Some(true) && Some(&o.uid) == pod.metadata.uid.as_ref()
+                });
                 if !owned {
                     return (
                         None,
@@ -225,7 +229,11 @@ impl PreFilterPlugin for VolumeBinding {
 
 impl VolumeBinding {
     /// For each claim to bind, a distinct available PV that fits on the node.
-    fn find_matches(&self, s: &State, node: &NodeInfo) -> Option<Vec<(Arc<PersistentVolumeClaim>, String)>> {
+    fn find_matches(
+        &self,
+        s: &State,
+        node: &NodeInfo,
+    ) -> Option<Vec<(Arc<PersistentVolumeClaim>, String)>> {
         let mut pvs: Vec<Arc<PersistentVolume>> = self.handle.listers.pvs.list();
         // Smallest first, as upstream picks the smallest volume that fits.
         let size = |pv: &PersistentVolume| {
@@ -275,7 +283,12 @@ impl FilterPlugin for VolumeBinding {
 impl PreBindPlugin for VolumeBinding {
     /// Binds each WaitForFirstConsumer claim to the PV chosen for the node: the PV's claimRef, then
     /// the claim's volumeName, as the PV controller would.
-    fn pre_bind<'a>(&'a self, state: &'a CycleState, _pod: &'a Pod, node: &'a str) -> BoxFuture<'a, Status> {
+    fn pre_bind<'a>(
+        &'a self,
+        state: &'a CycleState,
+        _pod: &'a Pod,
+        node: &'a str,
+    ) -> BoxFuture<'a, Status> {
         async move {
             let Some(s) = state.read::<State>(STATE_KEY) else {
                 return Status::Success;
@@ -325,10 +338,14 @@ mod tests {
         for o in objects {
             match o["kind"].as_str() {
                 Some("PersistentVolumeClaim") => {
-                    h.listers.pvcs.upsert(Arc::new(serde_json::from_value(o.clone()).unwrap()));
+                    h.listers
+                        .pvcs
+                        .upsert(Arc::new(serde_json::from_value(o.clone()).unwrap()));
                 }
                 Some("PersistentVolume") => {
-                    h.listers.pvs.upsert(Arc::new(serde_json::from_value(o.clone()).unwrap()));
+                    h.listers
+                        .pvs
+                        .upsert(Arc::new(serde_json::from_value(o.clone()).unwrap()));
                 }
                 Some("StorageClass") => {
                     h.listers
@@ -380,8 +397,16 @@ mod tests {
         let nodes = vec![z1.clone(), z2.clone()];
         let unresolvable = |m: &str| Status::UnschedulableAndUnresolvable(m.to_string());
         // (name, objects, claims, pre-filter status, filter on n1, filter on n2)
-        let cases: Vec<(&str, Vec<Value>, Vec<&str>, Status, Status, Status)> = vec![
-            ("no volumes", vec![], vec![], Status::Skip, Status::Success, Status::Success),
+        type Case<'a> = (&'a str, Vec<Value>, Vec<&'a str>, Status, Status, Status);
+        let cases: Vec<Case> = vec![
+            (
+                "no volumes",
+                vec![],
+                vec![],
+                Status::Skip,
+                Status::Success,
+                Status::Success,
+            ),
             (
                 "claim not found",
                 vec![],
@@ -424,7 +449,11 @@ mod tests {
             ),
             (
                 "unbound WaitForFirstConsumer claim with a local PV in z2",
-                vec![pvc("c", None, Some("local")), wffc("local"), pv("v", Some("z2"), "local", false)],
+                vec![
+                    pvc("c", None, Some("local")),
+                    wffc("local"),
+                    pv("v", Some("z2"), "local", false),
+                ],
                 vec!["c"],
                 Status::Success,
                 unresolvable(ERR_REASON_BIND_CONFLICT),
@@ -432,7 +461,11 @@ mod tests {
             ),
             (
                 "the only PV is claimed",
-                vec![pvc("c", None, Some("local")), wffc("local"), pv("v", None, "local", true)],
+                vec![
+                    pvc("c", None, Some("local")),
+                    wffc("local"),
+                    pv("v", None, "local", true),
+                ],
                 vec!["c"],
                 Status::Success,
                 unresolvable(ERR_REASON_BIND_CONFLICT),
@@ -474,7 +507,9 @@ mod tests {
         let (_, s) = vb.pre_filter(&mut st_of(&[]), &pod_with_claims(&["c"]));
         assert_eq!(
             s,
-            Status::UnschedulableAndUnresolvable("persistentvolumeclaim \"c\" is being deleted".into())
+            Status::UnschedulableAndUnresolvable(
+                "persistentvolumeclaim \"c\" is being deleted".into()
+            )
         );
     }
 }

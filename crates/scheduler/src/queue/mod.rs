@@ -313,8 +313,11 @@ impl SchedulingQueue {
             v.push(event);
         }
         let now = Instant::now();
-        let waiting: Vec<(String, Instant)> =
-            q.unschedulable.iter().map(|(k, t)| (k.clone(), *t)).collect();
+        let waiting: Vec<(String, Instant)> = q
+            .unschedulable
+            .iter()
+            .map(|(k, t)| (k.clone(), *t))
+            .collect();
         let mut moved = false;
         for (k, since) in waiting {
             let Some(st) = q.pods.get(&k) else { continue };
@@ -339,7 +342,10 @@ impl SchedulingQueue {
     /// Every unschedulable pod moves (tests, and the flush on demand).
     pub fn move_all_to_active_or_backoff(&self) {
         self.on_event(
-            ClusterEvent::new(crate::framework::EventResource::Node, crate::framework::action::ALL),
+            ClusterEvent::new(
+                crate::framework::EventResource::Node,
+                crate::framework::action::ALL,
+            ),
             &|_, _, _| true,
         );
     }
@@ -388,7 +394,9 @@ mod tests {
     /// Fit cares about pod deletions, NodeAffinity about node label changes.
     fn interest(_: usize, rejected: &HashSet<&'static str>, e: &ClusterEvent) -> bool {
         rejected.is_empty()
-            || (rejected.contains("Fit") && e.resource == EventResource::Pod && e.action & action::DELETE != 0)
+            || (rejected.contains("Fit")
+                && e.resource == EventResource::Pod
+                && e.action & action::DELETE != 0)
             || (rejected.contains("NodeAffinity")
                 && e.resource == EventResource::Node
                 && e.action & (action::ADD | action::UPDATE_NODE_LABEL) != 0)
@@ -409,19 +417,31 @@ mod tests {
 
     #[tokio::test]
     async fn unschedulable_pods_wait_for_an_event_they_care_about() {
-        let q = SchedulingQueue::default().with_backoff(Duration::from_millis(1), Duration::from_millis(1));
+        let q = SchedulingQueue::default()
+            .with_backoff(Duration::from_millis(1), Duration::from_millis(1));
         q.add("p", 0, 0);
         assert_eq!(q.pop().await, "p");
         q.unschedulable("p", plugins(&["NodeAffinity"]), &interest);
         assert_eq!(q.pending(), (0, 0, 1));
         // A pod deletion does not help a node affinity mismatch.
-        q.on_event(ClusterEvent::new(EventResource::Pod, action::DELETE), &interest);
+        q.on_event(
+            ClusterEvent::new(EventResource::Pod, action::DELETE),
+            &interest,
+        );
         assert_eq!(q.pending(), (0, 0, 1));
         // A node label change may.
-        q.on_event(ClusterEvent::new(EventResource::Node, action::UPDATE_NODE_LABEL), &interest);
+        q.on_event(
+            ClusterEvent::new(EventResource::Node, action::UPDATE_NODE_LABEL),
+            &interest,
+        );
         let (active, backoff, unschedulable) = q.pending();
         assert_eq!((active + backoff, unschedulable), (1, 0));
-        assert_eq!(tokio::time::timeout(Duration::from_secs(5), q.pop()).await.unwrap(), "p");
+        assert_eq!(
+            tokio::time::timeout(Duration::from_secs(5), q.pop())
+                .await
+                .unwrap(),
+            "p"
+        );
         // An update of the pod itself requeues it.
         q.unschedulable("p", plugins(&["Fit"]), &interest);
         q.add("p", 0, 0);
@@ -433,12 +453,18 @@ mod tests {
         let q = SchedulingQueue::default();
         q.add("p", 0, 0);
         assert_eq!(q.pop().await, "p");
-        q.on_event(ClusterEvent::new(EventResource::Node, action::UPDATE_NODE_TAINT), &interest);
+        q.on_event(
+            ClusterEvent::new(EventResource::Node, action::UPDATE_NODE_TAINT),
+            &interest,
+        );
         q.unschedulable("p", plugins(&["Fit"]), &interest);
         assert_eq!(q.pending(), (0, 0, 1), "an irrelevant event");
         q.add("p", 0, 0);
         assert_eq!(q.pop().await, "p");
-        q.on_event(ClusterEvent::new(EventResource::Pod, action::DELETE), &interest);
+        q.on_event(
+            ClusterEvent::new(EventResource::Pod, action::DELETE),
+            &interest,
+        );
         q.unschedulable("p", plugins(&["Fit"]), &interest);
         assert_eq!(q.pending(), (0, 1, 0));
     }
@@ -474,7 +500,8 @@ mod tests {
         assert_eq!(b(4), Duration::from_secs(8));
         assert_eq!(b(5), MAX_BACKOFF);
         assert_eq!(b(40), MAX_BACKOFF);
-        let q = SchedulingQueue::default().with_backoff(Duration::from_secs(2), Duration::from_secs(5));
+        let q =
+            SchedulingQueue::default().with_backoff(Duration::from_secs(2), Duration::from_secs(5));
         assert_eq!(q.backoff_for(1), Duration::from_secs(2));
         assert_eq!(q.backoff_for(3), Duration::from_secs(5));
     }

@@ -37,7 +37,11 @@ impl Counts {
     }
 
     fn get(&self, key: &str, value: &str) -> i64 {
-        self.0.get(key).and_then(|m| m.get(value)).copied().unwrap_or(0)
+        self.0
+            .get(key)
+            .and_then(|m| m.get(value))
+            .copied()
+            .unwrap_or(0)
     }
 
     fn is_empty(&self) -> bool {
@@ -101,8 +105,12 @@ impl PreFilterState {
             node,
             d,
         );
-        self.affinity
-            .with_affinity_terms(&self.pod_info.required_affinity_terms, &other.pod, node, d);
+        self.affinity.with_affinity_terms(
+            &self.pod_info.required_affinity_terms,
+            &other.pod,
+            node,
+            d,
+        );
         self.anti_affinity.with_anti_affinity_terms(
             &self.pod_info.required_anti_affinity_terms,
             &other.pod,
@@ -235,13 +243,12 @@ fn satisfies_anti_affinity(s: &PreFilterState, node: &NodeInfo) -> bool {
     if s.anti_affinity.is_empty() {
         return true;
     }
-    s.pod_info
-        .required_anti_affinity_terms
-        .iter()
-        .all(|t| match topology_value(node, &t.topology_key) {
+    s.pod_info.required_anti_affinity_terms.iter().all(|t| {
+        match topology_value(node, &t.topology_key) {
             Some(v) => s.anti_affinity.get(&t.topology_key, v) <= 0,
             None => true,
-        })
+        }
+    })
 }
 
 fn satisfies_existing_anti_affinity(s: &PreFilterState, node: &NodeInfo) -> bool {

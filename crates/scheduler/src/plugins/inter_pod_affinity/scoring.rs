@@ -66,8 +66,22 @@ impl InterPodAffinity {
         if node.labels().is_none_or(|l| l.is_empty()) {
             return;
         }
-        process_terms(m, &incoming.preferred_affinity_terms, &existing.pod, None, node, 1);
-        process_terms(m, &incoming.preferred_anti_affinity_terms, &existing.pod, None, node, -1);
+        process_terms(
+            m,
+            &incoming.preferred_affinity_terms,
+            &existing.pod,
+            None,
+            node,
+            1,
+        );
+        process_terms(
+            m,
+            &incoming.preferred_anti_affinity_terms,
+            &existing.pod,
+            None,
+            node,
+            -1,
+        );
         if self.args.hard_pod_affinity_weight > 0 {
             for t in &existing.required_affinity_terms {
                 process_term(
@@ -81,8 +95,22 @@ impl InterPodAffinity {
                 );
             }
         }
-        process_terms(m, &existing.preferred_affinity_terms, &incoming.pod, ns_labels, node, 1);
-        process_terms(m, &existing.preferred_anti_affinity_terms, &incoming.pod, ns_labels, node, -1);
+        process_terms(
+            m,
+            &existing.preferred_affinity_terms,
+            &incoming.pod,
+            ns_labels,
+            node,
+            1,
+        );
+        process_terms(
+            m,
+            &existing.preferred_anti_affinity_terms,
+            &incoming.pod,
+            ns_labels,
+            node,
+            -1,
+        );
     }
 }
 
@@ -141,7 +169,12 @@ impl PreScorePlugin for InterPodAffinity {
         if total.is_empty() {
             return Status::Skip;
         }
-        state.write(STATE_KEY, PreScoreState { topology_score: total });
+        state.write(
+            STATE_KEY,
+            PreScoreState {
+                topology_score: total,
+            },
+        );
         Status::Success
     }
 }

@@ -117,7 +117,10 @@ impl PodTopologySpread {
                 return Err("defaultConstraints[*].labelSelector: Forbidden: constraint must not define a selector, as they deduced for each pod".into());
             }
             if c.max_skew <= 0 {
-                return Err(format!("defaultConstraints[*].maxSkew: Invalid value: {}: not in valid range (0, inf)", c.max_skew));
+                return Err(format!(
+                    "defaultConstraints[*].maxSkew: Invalid value: {}: not in valid range (0, inf)",
+                    c.max_skew
+                ));
             }
         }
         Ok(PodTopologySpread {
@@ -140,7 +143,10 @@ impl PodTopologySpread {
         action: &str,
     ) -> Result<Vec<Constraint>, String> {
         let mut out = Vec::new();
-        for c in constraints.iter().filter(|c| c.when_unsatisfiable == action) {
+        for c in constraints
+            .iter()
+            .filter(|c| c.when_unsatisfiable == action)
+        {
             let mut selector = Selector::from_label_selector(c.label_selector.as_ref())?;
             for key in c.match_label_keys.iter().flatten() {
                 if let Some(v) = pod_labels.and_then(|l| l.get(key)) {
@@ -221,18 +227,18 @@ impl PodTopologySpread {
                 }
                 ("apps/v1", "ReplicaSet") => {
                     if let Some(rs) = l.replica_sets.get(&key) {
-                        if let Ok(s) = Selector::from_label_selector(
-                            rs.spec.as_ref().map(|s| &s.selector),
-                        ) {
+                        if let Ok(s) =
+                            Selector::from_label_selector(rs.spec.as_ref().map(|s| &s.selector))
+                        {
                             selector.and(&s);
                         }
                     }
                 }
                 ("apps/v1", "StatefulSet") => {
                     if let Some(ss) = l.stateful_sets.get(&key) {
-                        if let Ok(s) = Selector::from_label_selector(
-                            ss.spec.as_ref().map(|s| &s.selector),
-                        ) {
+                        if let Ok(s) =
+                            Selector::from_label_selector(ss.spec.as_ref().map(|s| &s.selector))
+                        {
                             selector.and(&s);
                         }
                     }
@@ -273,7 +279,10 @@ impl Plugin for PodTopologySpread {
             ClusterEvent::new(EventResource::Pod, action::ALL),
             ClusterEvent::new(
                 EventResource::Node,
-                action::ADD | action::DELETE | action::UPDATE_NODE_LABEL | action::UPDATE_NODE_TAINT,
+                action::ADD
+                    | action::DELETE
+                    | action::UPDATE_NODE_LABEL
+                    | action::UPDATE_NODE_TAINT,
             ),
         ]
     }

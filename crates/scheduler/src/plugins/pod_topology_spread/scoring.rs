@@ -60,8 +60,8 @@ impl PreScorePlugin for PodTopologySpread {
                     .cloned()
                     .unwrap_or_default();
                 let values = s.counts.entry(c.topology_key.clone()).or_default();
-                if !values.contains_key(&value) {
-                    values.insert(value, 0);
+                if let std::collections::hash_map::Entry::Vacant(e) = values.entry(value) {
+                    e.insert(0);
                     topo_size[i] += 1;
                 }
             }
@@ -96,8 +96,15 @@ impl PreScorePlugin for PodTopologySpread {
                     .map(String::as_str)
                     .unwrap_or("");
                 // Only domains of feasible nodes matter.
-                if counts.get(&c.topology_key).is_some_and(|m| m.contains_key(value)) {
-                    out.push((c.topology_key.as_str(), value, count_matching(node, &c.selector, ns)));
+                if counts
+                    .get(&c.topology_key)
+                    .is_some_and(|m| m.contains_key(value))
+                {
+                    out.push((
+                        c.topology_key.as_str(),
+                        value,
+                        count_matching(node, &c.selector, ns),
+                    ));
                 }
             }
             out

@@ -66,7 +66,11 @@ fn pod_for(scenario: &str, name: &str, cpu: &str) -> Result<serde_json::Value, S
             pod["spec"]["affinity"] = json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
                 {"labelSelector": {"matchLabels": {"color": "green"}}, "topologyKey": "kubernetes.io/hostname"}]}});
         }
-        other => return Err(format!("unknown scenario {other:?} (basic, topology-spread, anti-affinity)")),
+        other => {
+            return Err(format!(
+                "unknown scenario {other:?} (basic, topology-spread, anti-affinity)"
+            ))
+        }
     }
     Ok(pod)
 }
@@ -154,7 +158,11 @@ pub async fn run(args: ScheduleBenchArgs) -> Result<(), String> {
         factory.informer_for_api(Api::<Pod>::namespaced(client.clone(), NAMESPACE), None);
     let seen = running.clone();
     let record = move |p: &Arc<Pod>| {
-        if p.spec.as_ref().and_then(|s| s.node_name.as_deref()).is_some_and(|n| !n.is_empty()) {
+        if p.spec
+            .as_ref()
+            .and_then(|s| s.node_name.as_deref())
+            .is_some_and(|n| !n.is_empty())
+        {
             let name = p.metadata.name.clone().unwrap_or_default();
             seen_bound
                 .lock()
@@ -191,8 +199,14 @@ pub async fn run(args: ScheduleBenchArgs) -> Result<(), String> {
                 let name = format!("p-{run_id}-{i}");
                 let pod: Pod = serde_json::from_value(pod_for(&scenario, &name, &cpu)?)
                     .map_err(|e| e.to_string())?;
-                created.lock().unwrap_or_else(|e| e.into_inner()).insert(name.clone(), Instant::now());
-                pods.create(&PostParams::default(), &pod).await.map(drop).map_err(|e| format!("create {name}: {e}"))
+                created
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(name.clone(), Instant::now());
+                pods.create(&PostParams::default(), &pod)
+                    .await
+                    .map(drop)
+                    .map_err(|e| format!("create {name}: {e}"))
             }
         })
         .buffer_unordered(args.concurrency.max(1))

@@ -354,7 +354,8 @@ fn scores(pl: &InterPodAffinity, p: &Pod, nodes: &[NodeInfo]) -> Vec<i64> {
 fn score() {
     let pl = plugin(Handle::default());
     let s1 = || pod("s1", "default", json!({"security": "S1"}), json!({}));
-    let cases: Vec<(&str, Pod, Vec<(usize, Pod)>, Vec<i64>)> = vec![
+    type ScoreCase = (&'static str, Pod, Vec<(usize, Pod)>, Vec<i64>);
+    let cases: Vec<ScoreCase> = vec![
         (
             "no affinity anywhere",
             pod("p", "default", json!({}), json!({})),

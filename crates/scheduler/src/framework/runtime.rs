@@ -5,7 +5,6 @@
 //! Unreserve, Permit with waiting pods, PreBind, Bind, PostBind.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -331,31 +330,27 @@ impl Framework {
             let processed = feasible.len();
             return (feasible, statuses, processed);
         }
-        let found = AtomicUsize::new(0);
-        let results = self.parallelizer().map(n, |i| {
-            if found.load(Ordering::Relaxed) >= wanted {
-                return None;
-            }
-            let node = &nodes[(start + i) % n];
-            let r = self.run_filter_with_nominated_pods(state, pod, node);
-            if r.0.is_success() {
-                found.fetch_add(1, Ordering::Relaxed);
-            }
-            Some(r)
-        });
+        // Windows of about the number still wanted, each filtered in parallel: when most nodes fit
+        // (the common case) one window does it, and no node beyond it is examined.
         let mut feasible = Vec::new();
         let mut processed = 0;
-        for (i, r) in results.into_iter().enumerate() {
-            if feasible.len() >= wanted {
-                break;
-            }
-            let Some((status, plugin)) = r else { continue };
-            processed += 1;
-            let node = &nodes[(start + i) % n];
-            if status.is_success() {
-                feasible.push(node.clone());
-            } else {
-                statuses.insert(node.name().to_string(), (status, plugin));
+        while processed < n && feasible.len() < wanted {
+            let window = (wanted - feasible.len()).max(64).min(n - processed);
+            let base = start + processed;
+            let results = self.parallelizer().map(window, |j| {
+                self.run_filter_with_nominated_pods(state, pod, &nodes[(base + j) % n])
+            });
+            for (j, (status, plugin)) in results.into_iter().enumerate() {
+                if feasible.len() >= wanted {
+                    break;
+                }
+                processed += 1;
+                let node = &nodes[(base + j) % n];
+                if status.is_success() {
+                    feasible.push(node.clone());
+                } else {
+                    statuses.insert(node.name().to_string(), (status, plugin));
+                }
             }
         }
         (feasible, statuses, processed)

@@ -511,6 +511,10 @@ fn assume_and_bind(
     }
     shared.queue.done(key);
     shared.nominator.delete(key);
+    // The binding cycle needs only the chosen node: keeping the whole snapshot alive would make the
+    // next cycle copy it instead of updating it in place.
+    let chosen: Vec<Arc<NodeInfo>> = state.snapshot.get(&node).cloned().into_iter().collect();
+    state.snapshot = Arc::new(crate::cache::Snapshot::new(chosen));
     let (shared, fw, key) = (shared.clone(), fw.clone(), key.to_string());
     tokio::spawn(async move {
         let mut status = fw.wait_on_permit(&pod, timeout).await;

@@ -282,11 +282,17 @@ impl Framework {
             return self.run_filter(state, pod, node);
         }
         let prio = pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0);
-        let me = (pod.metadata.namespace.as_deref(), pod.metadata.name.as_deref());
+        let me = (
+            pod.metadata.namespace.as_deref(),
+            pod.metadata.name.as_deref(),
+        );
         let mut with = None;
         for pi in nominated {
             let p = pi.pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0);
-            let other = (pi.pod.metadata.namespace.as_deref(), pi.pod.metadata.name.as_deref());
+            let other = (
+                pi.pod.metadata.namespace.as_deref(),
+                pi.pod.metadata.name.as_deref(),
+            );
             if p >= prio && other != me {
                 let (st, ni) = with.get_or_insert_with(|| (state.clone(), node.clone()));
                 ni.add_pod_info(pi.clone());

@@ -123,6 +123,27 @@ impl PreFilterState {
 
 impl PreFilterPlugin for InterPodAffinity {
     fn pre_filter(&self, state: &mut CycleState, pod: &Pod) -> (Option<PreFilterResult>, Status) {
+        // Fast path: no required terms of its own and no existing pod with required anti-affinity.
+        let affinity = pod.spec.as_ref().and_then(|s| s.affinity.as_ref());
+        let has_required = affinity.is_some_and(|a| {
+            a.pod_affinity.as_ref().is_some_and(|p| {
+                p.required_during_scheduling_ignored_during_execution
+                    .as_ref()
+                    .is_some_and(|t| !t.is_empty())
+            }) || a.pod_anti_affinity.as_ref().is_some_and(|p| {
+                p.required_during_scheduling_ignored_during_execution
+                    .as_ref()
+                    .is_some_and(|t| !t.is_empty())
+            })
+        });
+        if !has_required
+            && state
+                .snapshot
+                .have_pods_with_required_anti_affinity
+                .is_empty()
+        {
+            return (None, Status::Skip);
+        }
         let mut pi = PodInfo::new(Arc::new(pod.clone()));
         if let Some(e) = &pi.parse_error {
             return (None, Status::Error(format!("parsing pod: {e}")));

@@ -119,6 +119,22 @@ impl PreScorePlugin for InterPodAffinity {
         if nodes.is_empty() {
             return Status::Skip;
         }
+        // Fast path: no preferred terms of its own and no existing pod with any affinity.
+        let affinity = pod.spec.as_ref().and_then(|s| s.affinity.as_ref());
+        let has_preferred = affinity.is_some_and(|a| {
+            a.pod_affinity.as_ref().is_some_and(|p| {
+                p.preferred_during_scheduling_ignored_during_execution
+                    .as_ref()
+                    .is_some_and(|t| !t.is_empty())
+            }) || a.pod_anti_affinity.as_ref().is_some_and(|p| {
+                p.preferred_during_scheduling_ignored_during_execution
+                    .as_ref()
+                    .is_some_and(|t| !t.is_empty())
+            })
+        });
+        if !has_preferred && state.snapshot.have_pods_with_affinity.is_empty() {
+            return Status::Skip;
+        }
         let mut pi = PodInfo::new(Arc::new(pod.clone()));
         if let Some(e) = &pi.parse_error {
             return Status::Error(format!("parsing pod: {e}"));

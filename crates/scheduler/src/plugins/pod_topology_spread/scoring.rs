@@ -24,7 +24,8 @@ struct PreScoreState {
 
 impl PreScorePlugin for PodTopologySpread {
     fn pre_score(&self, state: &mut CycleState, pod: &Pod, filtered: &[Arc<NodeInfo>]) -> Status {
-        let all = state.snapshot.nodes.clone();
+        let snapshot = state.snapshot.clone();
+        let all = &snapshot.nodes;
         if filtered.is_empty() || all.is_empty() {
             return Status::Skip;
         }

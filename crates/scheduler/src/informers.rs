@@ -248,3 +248,90 @@ impl Informers {
         self.pods.store()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn node(v: serde_json::Value) -> Node {
+        serde_json::from_value(v).unwrap()
+    }
+
+    #[test]
+    fn node_updates_are_classified() {
+        let base = json!({"metadata": {"name": "n", "labels": {"a": "1"}},
+            "spec": {"taints": []}, "status": {"allocatable": {"cpu": "1"}, "conditions": []}});
+        let with = |path: &str, v: serde_json::Value| {
+            let mut n = base.clone();
+            *n.pointer_mut(path).unwrap() = v;
+            node(n)
+        };
+        let old = node(base.clone());
+        let cases = [
+            (
+                with("/metadata/labels", json!({"a": "2"})),
+                action::UPDATE_NODE_LABEL,
+            ),
+            (
+                with(
+                    "/spec/taints",
+                    json!([{"key": "k", "effect": "NoSchedule"}]),
+                ),
+                action::UPDATE_NODE_TAINT,
+            ),
+            (
+                with("/status/allocatable", json!({"cpu": "2"})),
+                action::UPDATE_NODE_ALLOCATABLE,
+            ),
+            (
+                with(
+                    "/status/conditions",
+                    json!([{"type": "Ready", "status": "True"}]),
+                ),
+                0,
+            ),
+        ];
+        for (new, want) in cases {
+            assert_eq!(node_update_action(&old, &new), want, "{new:?}");
+        }
+        let mut cordoned = base.clone();
+        cordoned["spec"]["unschedulable"] = json!(true);
+        assert_eq!(
+            node_update_action(&old, &node(cordoned)),
+            action::UPDATE_NODE_TAINT
+        );
+    }
+
+    #[test]
+    fn pod_updates_are_classified() {
+        let pod = |labels: serde_json::Value, cpu: &str, phase: &str| -> Pod {
+            serde_json::from_value(json!({"metadata": {"name": "p", "labels": labels},
+                "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]},
+                "status": {"phase": phase}}))
+            .unwrap()
+        };
+        let old = pod(json!({"a": "1"}), "1", "Pending");
+        assert_eq!(
+            assigned_pod_update_action(&old, &pod(json!({"a": "2"}), "1", "Pending")),
+            action::UPDATE_POD_LABEL
+        );
+        assert_eq!(
+            assigned_pod_update_action(&old, &pod(json!({"a": "1"}), "500m", "Pending")),
+            action::UPDATE_POD_SCALE_DOWN
+        );
+        assert_eq!(
+            assigned_pod_update_action(&old, &pod(json!({"a": "1"}), "1", "Running")),
+            0
+        );
+        // A pending pod's status-only change does not requeue it.
+        assert!(!pending_pod_changed(
+            &old,
+            &pod(json!({"a": "1"}), "1", "Running")
+        ));
+        assert!(pending_pod_changed(
+            &old,
+            &pod(json!({"a": "1"}), "2", "Pending")
+        ));
+    }
+}

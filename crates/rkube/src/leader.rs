@@ -32,6 +32,38 @@ pub struct LeaderElectionFlags {
     pub leader_elect_resource_name: Option<String>,
 }
 
+/// Applies a component configuration's `leaderElection` section over the flags (upstream: the
+/// configuration file wins).
+pub fn apply_configuration(
+    flags: &mut LeaderElectionFlags,
+    le: &scheduler::config::LeaderElection,
+) -> Result<(), String> {
+    let dur = |v: &Option<String>| {
+        v.as_deref()
+            .map(scheduler::config::parse_duration)
+            .transpose()
+    };
+    if let Some(v) = le.leader_elect {
+        flags.leader_elect = v;
+    }
+    if let Some(d) = dur(&le.lease_duration)? {
+        flags.leader_elect_lease_duration = d;
+    }
+    if let Some(d) = dur(&le.renew_deadline)? {
+        flags.leader_elect_renew_deadline = d;
+    }
+    if let Some(d) = dur(&le.retry_period)? {
+        flags.leader_elect_retry_period = d;
+    }
+    if let Some(n) = le.resource_namespace.clone().filter(|n| !n.is_empty()) {
+        flags.leader_elect_resource_namespace = n;
+    }
+    if let Some(n) = le.resource_name.clone().filter(|n| !n.is_empty()) {
+        flags.leader_elect_resource_name = Some(n);
+    }
+    Ok(())
+}
+
 /// Upstream's identity: `<hostname>_<uuid>`, unique per process.
 fn identity() -> String {
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname")

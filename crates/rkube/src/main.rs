@@ -57,10 +57,14 @@ struct SchedulerArgs {
     /// Kubeconfig of the cluster (default: $KUBECONFIG, then ~/.kube/config).
     #[arg(long)]
     kubeconfig: Option<std::path::PathBuf>,
-    /// Schedule the pods whose spec.schedulerName is this.
+    /// A KubeSchedulerConfiguration (kubescheduler.config.k8s.io/v1) file: profiles, plugins,
+    /// pluginConfig, percentageOfNodesToScore, parallelism, leaderElection.
+    #[arg(long)]
+    config: Option<std::path::PathBuf>,
+    /// Without --config: the single profile's schedulerName.
     #[arg(long, default_value = "default-scheduler")]
     scheduler_name: String,
-    /// percentageOfNodesToScore (0: upstream's adaptive default).
+    /// Without --config: percentageOfNodesToScore (0: upstream's adaptive default).
     #[arg(long, default_value_t = 0)]
     percentage_of_nodes_to_score: usize,
     #[command(flatten)]
@@ -68,19 +72,49 @@ struct SchedulerArgs {
 }
 
 async fn run_scheduler(args: SchedulerArgs) -> Result<(), String> {
-    let client = cluster_client(args.kubeconfig.as_deref()).await?;
-    let config = scheduler::SchedulerConfig {
-        scheduler_name: args.scheduler_name,
-        percentage_of_nodes_to_score: args.percentage_of_nodes_to_score,
-    };
+    let config = scheduler_config(
+        args.config.as_deref(),
+        &args.scheduler_name,
+        args.percentage_of_nodes_to_score,
+    )?;
+    // As upstream, the file's clientConnection.kubeconfig and leaderElection win over flags.
+    let file_kubeconfig = config
+        .configuration
+        .client_connection
+        .as_ref()
+        .and_then(|c| c.kubeconfig.clone())
+        .filter(|k| !k.is_empty())
+        .map(std::path::PathBuf::from);
+    let kubeconfig = file_kubeconfig.or(args.kubeconfig);
+    let client = cluster_client(kubeconfig.as_deref()).await?;
+    let mut election = args.leader_election.clone();
+    if let Some(le) = &config.configuration.leader_election {
+        leader::apply_configuration(&mut election, le)?;
+    }
     let elected = client.clone();
-    leader::run_elected(
-        elected,
-        &args.leader_election,
-        "kube-scheduler",
-        move || scheduler::run(client, config),
-    )
+    leader::run_elected(elected, &election, "kube-scheduler", move || async move {
+        if let Err(e) = scheduler::run_checked(client, config).await {
+            tracing::error!(error = %e, "scheduler stopped");
+        }
+    })
     .await
+}
+
+/// The scheduler configuration: the file, else one profile from the flags.
+pub(crate) fn scheduler_config(
+    file: Option<&std::path::Path>,
+    scheduler_name: &str,
+    percentage: usize,
+) -> Result<scheduler::SchedulerConfig, String> {
+    match file {
+        Some(path) => scheduler::SchedulerConfig::from_file(path),
+        None => {
+            let mut c = scheduler::SchedulerConfig::default();
+            c.configuration.profiles[0].scheduler_name = Some(scheduler_name.to_string());
+            c.configuration.percentage_of_nodes_to_score = Some(percentage as i64);
+            Ok(c)
+        }
+    }
 }
 
 fn main() -> std::process::ExitCode {

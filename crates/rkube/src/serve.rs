@@ -68,6 +68,10 @@ pub struct ServeArgs {
     /// Do not run the scheduler in this process (see `rkube scheduler`).
     #[arg(long)]
     disable_scheduler: bool,
+    /// The in-process scheduler's KubeSchedulerConfiguration file (like `rkube scheduler --config`;
+    /// its leaderElection and clientConnection sections do not apply in-process).
+    #[arg(long)]
+    scheduler_config: Option<PathBuf>,
     /// Do not run the controllers in this process (see `rkube controller-manager`).
     #[arg(long)]
     disable_controllers: bool,
@@ -149,12 +153,11 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
         args.data_dir.join("admin.kubeconfig").display()
     );
     let _scheduler = if !args.disable_scheduler {
+        let config =
+            crate::scheduler_config(args.scheduler_config.as_deref(), "default-scheduler", 0)?;
         let kubeconfig = args.data_dir.join("admin.kubeconfig");
         let client = client::kubeconfig::client_from_file(&kubeconfig).await?;
-        Some(AbortOnDrop(tokio::spawn(scheduler::run(
-            client,
-            scheduler::SchedulerConfig::default(),
-        ))))
+        Some(AbortOnDrop(tokio::spawn(scheduler::run(client, config))))
     } else {
         None
     };

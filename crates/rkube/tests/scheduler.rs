@@ -96,7 +96,10 @@ fn the_scheduler_places_pods_on_simulated_nodes() {
         // Too big for any node: PodScheduled=False with upstream's message, and an event.
         pods.create(&PostParams::default(), &pod("huge", "5", json!({}))).await.unwrap();
         let message = eventually("huge reported", limit, || unschedulable_message(&pods, "huge")).await;
-        assert_eq!(message, "0/10 nodes are available: 10 Insufficient cpu.");
+        assert_eq!(
+            message,
+            "0/10 nodes are available: 10 Insufficient cpu. preemption: 0/10 nodes are available: 10 No preemption victims found for incoming pod.."
+        );
         let events: Api<Event> = Api::namespaced(client.clone(), "default");
         eventually("a FailedScheduling event", limit, || {
             let events = events.clone();
@@ -116,7 +119,10 @@ fn the_scheduler_places_pods_on_simulated_nodes() {
         let waiting = pod("waiting", "100m", json!({"nodeSelector": {"pool": "late"}}));
         pods.create(&PostParams::default(), &waiting).await.unwrap();
         let message = eventually("waiting reported", limit, || unschedulable_message(&pods, "waiting")).await;
-        assert_eq!(message, "0/10 nodes are available: 10 node(s) didn't match Pod's node affinity/selector.");
+        assert_eq!(
+            message,
+            "0/10 nodes are available: 10 node(s) didn't match Pod's node affinity/selector. preemption: 0/10 nodes are available: 10 Preemption is not helpful for scheduling.."
+        );
         c.kubectl(&["label", "node", "sim-5", "pool=late"]);
         assert_eq!(eventually("waiting running", limit, || node_of(&pods, "waiting")).await, "sim-5");
 

@@ -1,19 +1,27 @@
 //! The rkube scheduler (upstream kube-scheduler): assigns each pending pod to a node through the
 //! `pods/binding` subresource, speaking only the Kubernetes API.
 //!
-//! - [`queue`]: the scheduling queue (activeQ by priority, backoff, unschedulable pods).
-//! - [`cache`]: nodes with their bound and assumed pods; snapshots per cycle.
-//! - [`framework`]: what plugins see and implement; [`plugins`]: the default plugins.
-//! - [`scheduler`]: the loop: filter, score, select, assume, bind; FailedScheduling reporting.
+//! - [`config`]: the `KubeSchedulerConfiguration` file; [`profile`]: one framework per profile.
+//! - [`queue`]: the scheduling queue (activeQ by QueueSort, backoff, unschedulable and gated pods,
+//!   queueing hints by event type) and the nominator.
+//! - [`cache`]: nodes with their bound and assumed pods, the zone-aware node tree, incremental
+//!   snapshots.
+//! - [`framework`]: the extension points, the cycle state and the runtime; [`plugins`]: the
+//!   default plugins.
+//! - [`scheduler`]: the loop: PreFilter, Filter, PostFilter (preemption), PreScore, Score, select,
+//!   assume, Reserve, Permit, then PreBind, Bind, PostBind; FailedScheduling reporting.
 //!
-//! Not yet (see docs/notes.md): the configuration file and profiles, leader election, PreFilter/
-//! PreScore/Permit/Reserve extension points, parallel filtering, the zone-aware node tree,
-//! PodTopologySpread, InterPodAffinity, ImageLocality, VolumeBinding and preemption.
+//! See docs/notes.md for what differs from upstream.
 
 pub mod cache;
+pub mod config;
 pub mod framework;
+mod informers;
 pub mod plugins;
+mod preempt;
+pub mod profile;
 pub mod queue;
 pub mod scheduler;
 
-pub use scheduler::{run, SchedulerConfig};
+pub use config::KubeSchedulerConfiguration;
+pub use scheduler::{run, run_checked, SchedulerConfig};

@@ -1,22 +1,30 @@
-//! The scheduling loop (upstream `schedule_one.go`): pop a pod, filter the nodes of a snapshot
-//! (starting where the last cycle stopped, up to the adaptive number of feasible nodes), score the
-//! feasible ones, pick the best (ties at random), assume the pod there and bind it asynchronously;
-//! or report why no node fits (`FailedScheduling`, `PodScheduled=False`) and park the pod.
+//! The scheduling loop (upstream `scheduler.go` and `schedule_one.go`): pop a pod, pick its profile by
+//! `spec.schedulerName` (pods naming no profile are left alone), run PreFilter, try the nominated node
+//! first, filter the nodes of an incremental snapshot in parallel (starting where the last cycle
+//! stopped, up to the adaptive number of feasible nodes), PreScore and score the feasible ones, pick
+//! the best (ties at random), assume the pod there, Reserve and Permit, then bind asynchronously
+//! (WaitOnPermit, PreBind, Bind, PostBind). A pod that fits nowhere runs PostFilter (preemption),
+//! is reported (`FailedScheduling`, `PodScheduled=False`, `nominatedNodeName`) and parked until an
+//! event one of its rejecting plugins registered for.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use client::events::{ApiEventSink, EventBroadcaster, EventType, Recorder};
-use client::informer::{EventHandlerFuncs, InformerConfig, SharedInformerFactory};
-use k8s_openapi::api::core::v1::{Node, Pod};
-use kube::api::{Patch, PatchParams, PostParams};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Patch, PatchParams};
 use kube::{Api, Resource};
 use rand::Rng;
 use serde_json::json;
 
 use crate::cache::{pod_key, Cache};
-use crate::framework::{FilterPlugin, NodeInfo, ScorePlugin};
-use crate::queue::SchedulingQueue;
+use crate::config::KubeSchedulerConfiguration;
+use crate::framework::parallelize::Parallelizer;
+use crate::framework::{
+    CycleState, Framework, Handle, NodeInfo, NodeToStatus, PodInfo, PostFilterResult, Status,
+};
+use crate::queue::{Nominator, SchedulingQueue};
 
 /// Nodes always examined before stopping early (upstream `minFeasibleNodesToFind`).
 const MIN_FEASIBLE_NODES: usize = 100;
@@ -25,17 +33,14 @@ const MIN_PERCENTAGE: usize = 5;
 
 #[derive(Clone, Debug)]
 pub struct SchedulerConfig {
-    /// Pods naming this scheduler (`spec.schedulerName`) are scheduled; others are left alone.
-    pub scheduler_name: String,
-    /// `percentageOfNodesToScore`: 0 for upstream's adaptive default.
-    pub percentage_of_nodes_to_score: usize,
+    /// The defaulted, validated configuration (profiles, parallelism, percentageOfNodesToScore).
+    pub configuration: KubeSchedulerConfiguration,
 }
 
 impl Default for SchedulerConfig {
     fn default() -> Self {
         SchedulerConfig {
-            scheduler_name: "default-scheduler".into(),
-            percentage_of_nodes_to_score: 0,
+            configuration: KubeSchedulerConfiguration::default_config(),
         }
     }
 }
@@ -53,180 +58,483 @@ pub fn feasible_nodes_to_find(all: usize, percentage: usize) -> usize {
     (all * pct / 100).max(MIN_FEASIBLE_NODES)
 }
 
-/// Upstream's `FitError` message: `0/5 nodes are available: 2 Insufficient cpu, 3 node(s) had ...`.
-pub fn fit_error(all: usize, reasons: &BTreeMap<String, usize>) -> String {
+/// Upstream's `FitError` message: `0/5 nodes are available: 2 Insufficient cpu, 3 node(s) had ...`,
+/// followed by the PostFilter (preemption) message, as upstream (whose messages then end in "..").
+pub fn fit_error(all: usize, reasons: &BTreeMap<String, usize>, post_filter: &str) -> String {
     if all == 0 {
         return "no nodes available to schedule pods".into();
     }
     let mut parts: Vec<String> = reasons.iter().map(|(r, n)| format!("{n} {r}")).collect();
     parts.sort();
-    format!("0/{all} nodes are available: {}.", parts.join(", "))
+    let mut msg = format!("0/{all} nodes are available:");
+    if !parts.is_empty() {
+        msg.push_str(&format!(" {}.", parts.join(", ")));
+    }
+    if !post_filter.is_empty() {
+        msg.push_str(&format!(" {post_filter}."));
+    }
+    msg
 }
 
-fn responsible(pod: &Pod, name: &str) -> bool {
-    let spec = pod.spec.as_ref();
-    spec.and_then(|s| s.node_name.as_deref())
-        .unwrap_or("")
-        .is_empty()
-        && spec
-            .and_then(|s| s.scheduler_name.as_deref())
-            .unwrap_or("default-scheduler")
-            == name
-        && pod.metadata.deletion_timestamp.is_none()
-        && spec
-            .and_then(|s| s.scheduling_gates.as_ref())
-            .is_none_or(Vec::is_empty)
-        && !matches!(
-            pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-            Some("Succeeded" | "Failed")
-        )
-}
-
-fn priority(pod: &Pod) -> i32 {
+pub(crate) fn priority(pod: &Pod) -> i32 {
     pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0)
 }
 
-struct Shared {
-    config: SchedulerConfig,
-    client: kube::Client,
-    cache: Mutex<Cache>,
-    queue: SchedulingQueue,
-    filters: Vec<Box<dyn FilterPlugin>>,
-    scores: Vec<Box<dyn ScorePlugin>>,
-    recorder: Recorder,
+fn assigned(pod: &Pod) -> bool {
+    pod.spec
+        .as_ref()
+        .and_then(|s| s.node_name.as_deref())
+        .is_some_and(|n| !n.is_empty())
+}
+
+pub(crate) fn terminal(pod: &Pod) -> bool {
+    matches!(
+        pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+        Some("Succeeded" | "Failed")
+    )
+}
+
+/// Why a cycle did not place the pod.
+enum Failure {
+    /// No node fits: per-node statuses, the PreFilter message when PreFilter rejected the pod,
+    /// and the plugins that rejected it.
+    Fit {
+        statuses: Box<NodeToStatus>,
+        all: usize,
+        pre_filter_msg: Option<String>,
+        plugins: HashSet<&'static str>,
+    },
+    Error(String),
+}
+
+pub(crate) struct Shared {
+    pub(crate) client: kube::Client,
+    pub(crate) cache: Mutex<Cache>,
+    pub(crate) queue: SchedulingQueue,
+    pub(crate) frameworks: Vec<Arc<Framework>>,
+    pub(crate) by_name: HashMap<String, usize>,
+    pub(crate) nominator: Arc<Nominator>,
+    pub(crate) recorder: Recorder,
+    percentage: usize,
+    last_cleanup: Mutex<Instant>,
 }
 
 impl Shared {
-    fn cache(&self) -> std::sync::MutexGuard<'_, Cache> {
+    pub(crate) fn cache(&self) -> std::sync::MutexGuard<'_, Cache> {
         self.cache.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The profile index for a pod this scheduler is responsible for.
+    pub(crate) fn profile_of(&self, pod: &Pod) -> Option<usize> {
+        let name = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.scheduler_name.as_deref())
+            .filter(|n| !n.is_empty())
+            .unwrap_or(crate::config::DEFAULT_SCHEDULER_NAME);
+        self.by_name.get(name).copied()
+    }
+
+    /// Unassigned, not terminating or finished, and of one of our profiles.
+    pub(crate) fn responsible(&self, pod: &Pod) -> Option<usize> {
+        if assigned(pod) || pod.metadata.deletion_timestamp.is_some() || terminal(pod) {
+            return None;
+        }
+        self.profile_of(pod)
+    }
+
+    pub(crate) fn interest(
+        &self,
+    ) -> impl Fn(usize, &HashSet<&'static str>, &crate::framework::ClusterEvent) -> bool + '_ {
+        move |profile, plugins, event| {
+            self.frameworks
+                .get(profile)
+                .is_some_and(|fw| fw.interested(plugins, event))
+        }
+    }
+
+    /// Queues a pending pod, or holds it back when PreEnqueue rejects it.
+    pub(crate) fn enqueue(&self, pod: &Pod, profile: usize) {
+        let key = pod_key(pod);
+        match self.frameworks[profile].run_pre_enqueue(pod) {
+            Ok(()) => self.queue.add(&key, priority(pod), profile),
+            Err(_) => self.queue.gate(&key, priority(pod), profile),
+        }
     }
 }
 
-/// Runs the scheduler until the task is dropped.
+impl SchedulerConfig {
+    /// Reads a `KubeSchedulerConfiguration` file and checks that every profile builds.
+    pub fn from_file(path: &std::path::Path) -> Result<SchedulerConfig, String> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("reading {}: {e}", path.display()))?;
+        let configuration = KubeSchedulerConfiguration::parse(&text)?;
+        let c = SchedulerConfig { configuration };
+        c.check()?;
+        Ok(c)
+    }
+
+    /// Builds every profile's framework once (plugin names, extension points, args).
+    pub fn check(&self) -> Result<(), String> {
+        for p in &self.configuration.profiles {
+            crate::profile::new_framework(p, Handle::default(), Arc::new(Nominator::default()))?;
+        }
+        Ok(())
+    }
+}
+
+/// Runs the scheduler until the task is dropped; an invalid configuration is an error at once.
 pub async fn run(client: kube::Client, config: SchedulerConfig) {
+    if let Err(e) = run_checked(client, config).await {
+        tracing::error!(error = %e, "scheduler stopped");
+    }
+}
+
+/// Like [`run`], returning configuration errors.
+pub async fn run_checked(client: kube::Client, config: SchedulerConfig) -> Result<(), String> {
+    let cfg = config.configuration;
     let broadcaster = EventBroadcaster::new();
     broadcaster.start_recording_to_sink(ApiEventSink::new(client.clone()));
+    let nominator = Arc::new(Nominator::default());
+    // Upstream runs `parallelism` goroutines; threads beyond the cores only add switching here.
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let parallelism = (cfg.parallelism.unwrap_or(16).max(1) as usize).min(cores);
+    let informers = crate::informers::Informers::new(client.clone());
+    let handle = Handle {
+        client: Some(client.clone()),
+        listers: informers.listers(),
+        parallelizer: Parallelizer::new(parallelism),
+    };
+    let mut frameworks = Vec::new();
+    let mut by_name = HashMap::new();
+    for (i, p) in cfg.profiles.iter().enumerate() {
+        let fw = crate::profile::new_framework(p, handle.clone(), nominator.clone())?;
+        by_name.insert(p.name().to_string(), i);
+        frameworks.push(Arc::new(fw));
+    }
+    let sort = frameworks.first().and_then(|f| f.queue_sort.clone());
+    let queue = SchedulingQueue::new(sort).with_backoff(
+        Duration::from_secs(cfg.pod_initial_backoff_seconds.unwrap_or(1).max(1) as u64),
+        Duration::from_secs(cfg.pod_max_backoff_seconds.unwrap_or(10).max(1) as u64),
+    );
     let shared = Arc::new(Shared {
-        recorder: broadcaster.new_recorder(config.scheduler_name.clone(), ""),
-        config,
+        recorder: broadcaster.new_recorder("default-scheduler", ""),
         client: client.clone(),
         cache: Mutex::new(Cache::default()),
-        queue: SchedulingQueue::default(),
-        filters: crate::plugins::default_filters(),
-        scores: crate::plugins::default_scores(),
+        queue,
+        frameworks,
+        by_name,
+        nominator,
+        percentage: cfg.percentage_of_nodes_to_score.unwrap_or(0).max(0) as usize,
+        last_cleanup: Mutex::new(Instant::now()),
     });
-    let factory = SharedInformerFactory::new(client.clone(), InformerConfig::new());
-    let nodes = factory.informer::<Node>();
-    let pods = factory.informer::<Pod>();
-    let (s1, s2, s3) = (shared.clone(), shared.clone(), shared.clone());
-    nodes.add_event_handler(
-        EventHandlerFuncs::new()
-            .on_add(move |n: &Arc<Node>, _| {
-                s1.cache().update_node(n.clone());
-                s1.queue.move_all_to_active_or_backoff();
-            })
-            .on_update(move |_, n: &Arc<Node>| {
-                s2.cache().update_node(n.clone());
-                s2.queue.move_all_to_active_or_backoff();
-            })
-            .on_delete(move |d| {
-                s3.cache()
-                    .remove_node(d.object().metadata.name.as_deref().unwrap_or(""));
-            }),
-    );
-    let (p1, p2, p3) = (shared.clone(), shared.clone(), shared.clone());
-    let on_pod = move |s: &Shared, p: &Arc<Pod>| {
-        let key = pod_key(p);
-        if p.spec
-            .as_ref()
-            .and_then(|s| s.node_name.as_deref())
-            .is_some_and(|n| !n.is_empty())
-        {
-            s.cache().update_pod(p.clone());
-            s.queue.remove(&key);
-        } else if responsible(p, &s.config.scheduler_name) {
-            s.queue.add(&key, priority(p));
-        } else {
-            s.queue.remove(&key);
-        }
-    };
-    let on_pod_update = on_pod;
-    pods.add_event_handler(
-        EventHandlerFuncs::new()
-            .on_add(move |p: &Arc<Pod>, _| on_pod(&p1, p))
-            .on_update(move |_, p: &Arc<Pod>| on_pod_update(&p2, p))
-            .on_delete(move |d| {
-                let pod = d.object();
-                p3.queue.remove(&pod_key(pod));
-                p3.cache().remove_pod(pod);
-                // Freed capacity may let waiting pods fit.
-                p3.queue.move_all_to_active_or_backoff();
-            }),
-    );
-    factory.start();
-    factory.wait_for_cache_sync().await;
-    let store = pods.store();
+    let pods = informers.start(shared.clone()).await;
     let mut next_start = 0usize;
     loop {
         let key = shared.queue.pop().await;
-        let Some(pod) = store.get(&key) else {
-            shared.queue.done(&key);
+        let Some(pod) = pods.get(&key) else {
+            shared.queue.skip(&key);
+            shared.queue.remove(&key);
             continue;
         };
-        if !responsible(&pod, &shared.config.scheduler_name) || shared.cache().is_placed(&key) {
+        let Some(profile) = shared.responsible(&pod) else {
+            shared.queue.skip(&key);
+            shared.queue.remove(&key);
+            continue;
+        };
+        if shared.cache().is_placed(&key) {
             shared.queue.done(&key);
             continue;
         }
-        schedule_one(&shared, &key, pod, &mut next_start).await;
+        schedule_one(&shared, profile, &key, pod, &mut next_start).await;
     }
 }
 
-async fn schedule_one(shared: &Arc<Shared>, key: &str, pod: Arc<Pod>, next_start: &mut usize) {
-    let snapshot = shared.cache().snapshot();
+fn snapshot(shared: &Shared) -> Arc<crate::cache::Snapshot> {
+    let mut cache = shared.cache();
+    let mut last = shared
+        .last_cleanup
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if last.elapsed() >= Duration::from_secs(1) {
+        cache.cleanup_expired(Instant::now());
+        *last = Instant::now();
+    }
+    cache.snapshot()
+}
+
+/// Upstream `schedulePod`: the chosen node, or why none.
+fn schedule_pod(
+    fw: &Framework,
+    state: &mut CycleState,
+    pod: &Pod,
+    next_start: &mut usize,
+    global_percentage: usize,
+) -> Result<String, Failure> {
+    let snapshot = state.snapshot.clone();
     let all = snapshot.len();
-    let wanted = feasible_nodes_to_find(all, shared.config.percentage_of_nodes_to_score);
-    let mut feasible: Vec<Arc<NodeInfo>> = Vec::new();
-    let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
-    let mut visited = 0;
-    while visited < all && feasible.len() < wanted {
-        let node = &snapshot[(*next_start + visited) % all];
-        visited += 1;
-        let failed = shared
-            .filters
-            .iter()
-            .map(|f| f.filter(&pod, node))
-            .find(|s| !s.is_success());
-        match failed.as_ref().and_then(|s| s.reason()) {
-            // A plugin may report several reasons at once, one per line.
-            Some(r) => r
-                .lines()
-                .for_each(|r| *reasons.entry(r.to_string()).or_default() += 1),
-            None => feasible.push(node.clone()),
+    if all == 0 {
+        return Err(Failure::Fit {
+            statuses: Box::default(),
+            all: 0,
+            pre_filter_msg: None,
+            plugins: HashSet::new(),
+        });
+    }
+    let (pfr, status, plugin, narrowed_by) = fw.run_pre_filter(state, pod);
+    if !status.is_ok() {
+        if !status.is_rejected() {
+            return Err(Failure::Error(status.reason().unwrap_or("").to_string()));
+        }
+        let statuses = Box::new(
+            snapshot
+                .nodes
+                .iter()
+                .map(|n| (n.name().to_string(), (status.clone(), plugin.unwrap_or(""))))
+                .collect(),
+        );
+        return Err(Failure::Fit {
+            statuses,
+            all,
+            pre_filter_msg: status.reason().map(str::to_string),
+            plugins: plugin.into_iter().collect(),
+        });
+    }
+    // A nominated node (from an earlier preemption) is tried first.
+    let nominated = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.nominated_node_name.as_deref())
+        .filter(|n| !n.is_empty());
+    if let Some(ni) = nominated.and_then(|n| snapshot.get(n)) {
+        let allowed = pfr
+            .node_names
+            .as_ref()
+            .is_none_or(|s| s.contains(ni.name()));
+        if allowed
+            && fw
+                .run_filter_with_nominated_pods(state, pod, ni)
+                .0
+                .is_success()
+        {
+            return Ok(ni.name().to_string());
         }
     }
-    if all > 0 {
-        *next_start = (*next_start + visited) % all;
-    }
+    let narrowed: Vec<Arc<NodeInfo>>;
+    let nodes: &[Arc<NodeInfo>] = match &pfr.node_names {
+        Some(names) => {
+            narrowed = snapshot
+                .nodes
+                .iter()
+                .filter(|n| names.contains(n.name()))
+                .cloned()
+                .collect();
+            &narrowed
+        }
+        None => &snapshot.nodes,
+    };
+    let pct = fw
+        .percentage_of_nodes_to_score
+        .map(|p| p as usize)
+        .unwrap_or(global_percentage);
+    let wanted = feasible_nodes_to_find(nodes.len(), pct);
+    let start = if nodes.is_empty() {
+        0
+    } else {
+        *next_start % nodes.len()
+    };
+    let (feasible, mut statuses, processed) =
+        fw.find_nodes_that_pass_filters(state, pod, nodes, start, wanted);
+    *next_start = (*next_start + processed) % all;
     if feasible.is_empty() {
-        let message = fit_error(all, &reasons);
-        report_unschedulable(shared, &pod, &message).await;
-        shared.queue.unschedulable(key, priority(&pod));
-        return;
+        if nodes.len() < all {
+            let msg = format!(
+                "node(s) didn't satisfy plugin(s) [{}]",
+                narrowed_by.join(", ")
+            );
+            for n in &snapshot.nodes {
+                statuses.entry(n.name().to_string()).or_insert_with(|| {
+                    (
+                        Status::UnschedulableAndUnresolvable(msg.clone()),
+                        narrowed_by.first().copied().unwrap_or(""),
+                    )
+                });
+            }
+        }
+        let plugins = statuses
+            .values()
+            .map(|(_, p)| *p)
+            .filter(|p| !p.is_empty())
+            .collect();
+        return Err(Failure::Fit {
+            statuses: Box::new(statuses),
+            all,
+            pre_filter_msg: None,
+            plugins,
+        });
     }
-    let chosen = select_host(shared, &pod, &feasible);
-    let node = chosen.name().to_string();
+    if feasible.len() == 1 {
+        return Ok(feasible[0].name().to_string());
+    }
+    let s = fw.run_pre_score(state, pod, &feasible);
+    if !s.is_ok() {
+        return Err(Failure::Error(
+            s.reason().unwrap_or("PreScore failed").to_string(),
+        ));
+    }
+    let totals = fw.run_score(state, pod, &feasible);
+    Ok(select_host(&feasible, &totals).to_string())
+}
+
+/// The feasible node with the highest total score; ties broken at random (upstream `selectHost`).
+fn select_host<'a>(feasible: &'a [Arc<NodeInfo>], totals: &[i64]) -> &'a str {
+    let mut rng = rand::rng();
+    let (mut best, mut best_score, mut ties) = (0, i64::MIN, 0u32);
+    for (i, &score) in totals.iter().enumerate() {
+        if score > best_score {
+            (best, best_score, ties) = (i, score, 1);
+        } else if score == best_score {
+            ties += 1;
+            if rng.random_range(0..ties) == 0 {
+                best = i;
+            }
+        }
+    }
+    feasible[best].name()
+}
+
+async fn schedule_one(
+    shared: &Arc<Shared>,
+    profile: usize,
+    key: &str,
+    pod: Arc<Pod>,
+    next_start: &mut usize,
+) {
+    let fw = shared.frameworks[profile].clone();
+    let mut state = CycleState::new(snapshot(shared));
+    match schedule_pod(&fw, &mut state, &pod, next_start, shared.percentage) {
+        Ok(node) => assume_and_bind(shared, &fw, profile, key, pod, node, state),
+        Err(Failure::Error(msg)) => {
+            tracing::warn!(pod = %key, error = %msg, "scheduling error");
+            spawn_report(
+                shared,
+                pod.clone(),
+                format!("running the scheduling cycle: {msg}"),
+                None,
+            );
+            shared.queue.error(key, priority(&pod), profile);
+        }
+        Err(Failure::Fit {
+            statuses,
+            all,
+            pre_filter_msg,
+            plugins,
+        }) => {
+            let mut post_msg = String::new();
+            let mut nomination = None;
+            if fw.has_post_filter() && all > 0 {
+                let (result, status) = fw.run_post_filter(&state, &pod, &statuses);
+                if let Some(m) = status.reason() {
+                    post_msg = m.to_string();
+                }
+                nomination = result.nominated_node.clone();
+                if status.is_success() {
+                    post_msg.clear();
+                    crate::preempt::spawn_prepare_candidate(shared, &fw, &pod, result.clone());
+                }
+                if let Some(node) = result.nominated_node.as_deref().filter(|n| !n.is_empty()) {
+                    shared
+                        .nominator
+                        .add(Arc::new(PodInfo::new(pod.clone())), node);
+                }
+                let _: &PostFilterResult = &result;
+            }
+            let message = match &pre_filter_msg {
+                Some(m) => {
+                    let mut s = format!("0/{all} nodes are available: {m}.");
+                    if !post_msg.is_empty() {
+                        s.push_str(&format!(" {post_msg}."));
+                    }
+                    s
+                }
+                None => {
+                    let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
+                    for (st, _) in statuses.values() {
+                        for r in crate::plugins::reasons(st) {
+                            *reasons.entry(r.to_string()).or_default() += 1;
+                        }
+                    }
+                    fit_error(all, &reasons, &post_msg)
+                }
+            };
+            spawn_report(shared, pod.clone(), message, nomination);
+            let interest = shared.interest();
+            shared.queue.unschedulable(key, plugins, &interest);
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn assume_and_bind(
+    shared: &Arc<Shared>,
+    fw: &Arc<Framework>,
+    profile: usize,
+    key: &str,
+    pod: Arc<Pod>,
+    node: String,
+    mut state: CycleState,
+) {
     let mut assumed = (*pod).clone();
     assumed.spec.get_or_insert_with(Default::default).node_name = Some(node.clone());
-    shared.cache().assume(Arc::new(assumed), &node);
+    shared
+        .cache()
+        .assume_info(Arc::new(PodInfo::new(Arc::new(assumed))), &node);
+    let fail = |shared: &Arc<Shared>, state: &mut CycleState, status: Status| {
+        fw.run_unreserve(state, &pod, &node);
+        shared.cache().forget(key);
+        let msg = status.reason().unwrap_or("").to_string();
+        spawn_report(shared, pod.clone(), msg, None);
+        if status.is_rejected() {
+            let interest = shared.interest();
+            shared.queue.unschedulable(key, HashSet::new(), &interest);
+        } else {
+            shared.queue.error(key, priority(&pod), profile);
+        }
+    };
+    let s = fw.run_reserve(&mut state, &pod, &node);
+    if !s.is_success() {
+        return fail(shared, &mut state, s);
+    }
+    let (s, timeout) = fw.run_permit(&state, &pod, &node);
+    if !matches!(s, Status::Success | Status::Wait) {
+        return fail(shared, &mut state, s);
+    }
     shared.queue.done(key);
-    let (shared, key) = (shared.clone(), key.to_string());
+    shared.nominator.delete(key);
+    // The binding cycle needs only the chosen node: keeping the whole snapshot alive would make the
+    // next cycle copy it instead of updating it in place.
+    let chosen: Vec<Arc<NodeInfo>> = state.snapshot.get(&node).cloned().into_iter().collect();
+    state.snapshot = Arc::new(crate::cache::Snapshot::new(chosen));
+    let (shared, fw, key) = (shared.clone(), fw.clone(), key.to_string());
     tokio::spawn(async move {
-        if let Err(e) = bind(&shared.client, &pod, &node).await {
-            tracing::warn!(pod = %key, node = %node, error = %e, "binding failed");
+        let mut status = fw.wait_on_permit(&pod, timeout).await;
+        if status.is_success() {
+            status = fw.run_pre_bind(&state, &pod, &node).await;
+        }
+        if status.is_success() {
+            status = fw.run_bind(&state, &pod, &node).await;
+        }
+        if !status.is_success() {
+            tracing::warn!(pod = %key, node = %node, status = ?status, "binding failed");
+            fw.run_unreserve(&mut state, &pod, &node);
             shared.cache().forget(&key);
-            shared.queue.error(&key, priority(&pod));
+            let msg = format!("Binding rejected: {}", status.reason().unwrap_or(""));
+            spawn_report(&shared, pod.clone(), msg, None);
+            shared.queue.error(&key, priority(&pod), profile);
             return;
         }
+        shared.cache().finish_binding(&key);
+        fw.run_post_bind(&state, &pod, &node).await;
         let (ns, name) = (
             pod.metadata.namespace.as_deref().unwrap_or(""),
             pod.metadata.name.as_deref().unwrap_or(""),
@@ -240,68 +548,42 @@ async fn schedule_one(shared: &Arc<Shared>, key: &str, pod: Arc<Pod>, next_start
     });
 }
 
-/// The feasible node with the highest weighted score; ties broken at random (upstream `selectHost`).
-fn select_host(shared: &Shared, pod: &Pod, feasible: &[Arc<NodeInfo>]) -> Arc<NodeInfo> {
-    let mut totals = vec![0i64; feasible.len()];
-    for plugin in &shared.scores {
-        let mut scores: Vec<i64> = feasible.iter().map(|n| plugin.score(pod, n)).collect();
-        plugin.normalize(pod, &mut scores);
-        for (t, s) in totals.iter_mut().zip(scores) {
-            *t += s * plugin.weight();
-        }
-    }
-    let mut rng = rand::rng();
-    let (mut best, mut best_score, mut ties) = (0, i64::MIN, 0u32);
-    for (i, &score) in totals.iter().enumerate() {
-        if score > best_score {
-            (best, best_score, ties) = (i, score, 1);
-        } else if score == best_score {
-            ties += 1;
-            if rng.random_range(0..ties) == 0 {
-                best = i;
-            }
-        }
-    }
-    feasible[best].clone()
+fn spawn_report(shared: &Arc<Shared>, pod: Arc<Pod>, message: String, nominated: Option<String>) {
+    let shared = shared.clone();
+    tokio::spawn(async move { report_unschedulable(&shared, &pod, &message, nominated).await });
 }
 
-async fn bind(client: &kube::Client, pod: &Pod, node: &str) -> Result<(), String> {
-    let ns = pod.metadata.namespace.as_deref().unwrap_or("");
-    let name = pod.metadata.name.as_deref().unwrap_or("");
-    let binding = json!({
-        "apiVersion": "v1", "kind": "Binding",
-        "metadata": {"name": name, "namespace": ns, "uid": pod.metadata.uid},
-        "target": {"apiVersion": "v1", "kind": "Node", "name": node},
-    });
-    Api::<Pod>::namespaced(client.clone(), ns)
-        .create_subresource::<_, serde_json::Value>(
-            "binding",
-            name,
-            &PostParams::default(),
-            &binding,
-        )
-        .await
-        .map(drop)
-        .map_err(|e| e.to_string())
-}
-
-/// `PodScheduled=False` with reason Unschedulable, and a FailedScheduling event.
-async fn report_unschedulable(shared: &Shared, pod: &Pod, message: &str) {
-    let already = pod
-        .status
-        .as_ref()
+/// `PodScheduled=False` with reason Unschedulable (and `nominatedNodeName` when PostFilter
+/// nominated or cleared one), and a FailedScheduling event.
+async fn report_unschedulable(
+    shared: &Shared,
+    pod: &Pod,
+    message: &str,
+    nominated: Option<String>,
+) {
+    let status = pod.status.as_ref();
+    let already = status
         .and_then(|s| s.conditions.as_ref())
         .and_then(|c| c.iter().find(|c| c.type_ == "PodScheduled"))
         .is_some_and(|c| c.status == "False" && c.message.as_deref() == Some(message));
-    if !already {
+    let current_nomination = status
+        .and_then(|s| s.nominated_node_name.clone())
+        .unwrap_or_default();
+    let nomination_changes = nominated.as_ref().is_some_and(|n| *n != current_nomination);
+    if !already || nomination_changes {
         let now = jiff::Timestamp::now()
             .strftime("%Y-%m-%dT%H:%M:%SZ")
             .to_string();
         // The resourceVersion makes the patch conditional: a pod bound (or changed) since this cycle
         // began must not be marked unschedulable by a stale decision.
-        let patch = json!({"metadata": {"resourceVersion": pod.metadata.resource_version},
+        let mut patch = json!({"metadata": {"resourceVersion": pod.metadata.resource_version},
             "status": {"conditions": [{"type": "PodScheduled", "status": "False",
             "reason": "Unschedulable", "message": message, "lastProbeTime": null, "lastTransitionTime": now}]}});
+        if nomination_changes {
+            let n = nominated.clone().unwrap_or_default();
+            patch["status"]["nominatedNodeName"] =
+                if n.is_empty() { json!(null) } else { json!(n) };
+        }
         let api: Api<Pod> = Api::namespaced(
             shared.client.clone(),
             pod.metadata.namespace.as_deref().unwrap_or(""),
@@ -349,11 +631,11 @@ mod tests {
             2,
         );
         assert_eq!(
-            fit_error(5, &reasons),
+            fit_error(5, &reasons, ""),
             "0/5 nodes are available: 2 node(s) had untolerated taint {dedicated: db}, 3 Insufficient cpu."
         );
         assert_eq!(
-            fit_error(0, &BTreeMap::new()),
+            fit_error(0, &BTreeMap::new(), ""),
             "no nodes available to schedule pods"
         );
     }

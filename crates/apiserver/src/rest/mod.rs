@@ -6,6 +6,7 @@ pub(crate) mod decode;
 mod delete;
 mod eviction;
 mod list;
+mod priority;
 mod read;
 mod reviews;
 pub mod strategy;

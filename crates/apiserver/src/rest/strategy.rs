@@ -36,7 +36,21 @@ pub fn prepare_for_create(resource: &Resource, obj: &mut Value) {
         meta.remove("generation");
     }
     let status = match (resource.group.as_str(), resource.plural.as_str()) {
-        ("", "pods") => Some(json!({"phase": "Pending", "qosClass": qos_class(obj)})),
+        ("", "pods") => {
+            let mut s = json!({"phase": "Pending", "qosClass": qos_class(obj)});
+            // Upstream `applySchedulingGatedCondition`: a gated pod says why it waits.
+            let gated = obj
+                .pointer("/spec/schedulingGates")
+                .and_then(Value::as_array)
+                .is_some_and(|g| !g.is_empty());
+            if gated {
+                s["conditions"] = json!([{"type": "PodScheduled", "status": "False",
+                    "reason": "SchedulingGated",
+                    "message": "Scheduling is blocked due to non-empty scheduling gates",
+                    "lastProbeTime": null, "lastTransitionTime": objects::now_rfc3339()}]);
+            }
+            Some(s)
+        }
         ("", "namespaces") => Some(json!({"phase": "Active"})),
         ("", "persistentvolumeclaims") | ("", "persistentvolumes") => {
             Some(json!({"phase": "Pending"}))
@@ -294,6 +308,32 @@ mod tests {
         prepare_for_status_update(&mut status, &old);
         assert_eq!(status["spec"]["replicas"], 1, "spec ignored on /status");
         assert_eq!(status["status"]["replicas"], 2);
+    }
+
+    #[test]
+    fn gated_pods_get_the_scheduling_gated_condition() {
+        let reg = Registry::with_builtin();
+        let pods = reg.get("", "v1", "pods").unwrap();
+        let mut gated = json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "a"}],
+            "schedulingGates": [{"name": "example.com/wait"}]}, "status": {"phase": "Running"}});
+        prepare_for_create(&pods, &mut gated);
+        assert_eq!(gated["status"]["phase"], "Pending");
+        let c = &gated["status"]["conditions"][0];
+        assert_eq!(
+            (
+                c["type"].as_str(),
+                c["status"].as_str(),
+                c["reason"].as_str()
+            ),
+            (Some("PodScheduled"), Some("False"), Some("SchedulingGated"))
+        );
+        assert_eq!(
+            c["message"],
+            "Scheduling is blocked due to non-empty scheduling gates"
+        );
+        let mut plain = json!({"metadata": {"name": "p"}, "spec": {"containers": [{"name": "a"}], "schedulingGates": []}});
+        prepare_for_create(&pods, &mut plain);
+        assert!(plain["status"].get("conditions").is_none());
     }
 
     #[test]

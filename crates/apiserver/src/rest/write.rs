@@ -118,6 +118,10 @@ async fn create_tracked(ctx: &Ctx<'_>, mut obj: Value, track: bool) -> Result<By
     objects::set_meta(&mut obj, "uid", uid.clone());
     objects::set_meta(&mut obj, "creationTimestamp", now.clone());
     strategy::prepare_for_create(&ctx.resource, &mut obj);
+    if (group.as_str(), kind.as_str()) == ("", "Pod") {
+        // Before defaulting, which fills in the policy the admission must compare against.
+        super::priority::admit_pod(ctx, &mut obj).await?;
+    }
     apimachinery::defaults::apply_defaults(&group, &kind, &mut obj);
     if let Some(info) = &ctx.crd {
         crate::crd::handler::default(info, &ctx.resource.version, &mut obj);

@@ -1,14 +1,20 @@
-//! The scheduling framework's shapes (upstream `pkg/scheduler/framework`): what a node looks like to the
-//! plugins ([`NodeInfo`]: the node, what its pods request, their host ports), the result of a filter
-//! ([`Status`]), and the filter and score plugin interfaces.
+//! The scheduling framework (upstream `pkg/scheduler/framework`): what a node and a pod look like to
+//! the plugins ([`NodeInfo`], [`PodInfo`]), the result of an extension point ([`Status`]), the
+//! per-cycle state, the extension-point interfaces and the runtime that runs a profile's plugins.
 
+pub mod cycle_state;
+pub mod interface;
+pub mod parallelize;
 pub mod resources;
+pub mod runtime;
+pub mod selector;
+pub mod types;
 
-use std::sync::Arc;
-
-use k8s_openapi::api::core::v1::{Node, Pod};
-
+pub use cycle_state::CycleState;
+pub use interface::*;
 pub use resources::Resources;
+pub use runtime::{Framework, Handle, Listers};
+pub use types::{AffinityTerm, NodeInfo, PodInfo, WeightedAffinityTerm};
 
 /// The highest score a score plugin gives a node (upstream `MaxNodeScore`).
 pub const MAX_NODE_SCORE: i64 = 100;
@@ -21,22 +27,7 @@ pub struct HostPort {
     pub port: i32,
 }
 
-/// One node with the pods placed on it (bound or assumed), as the plugins see it.
-#[derive(Clone, Debug)]
-pub struct NodeInfo {
-    pub node: Arc<Node>,
-    /// `status.allocatable` (pods included, as the `pods` resource).
-    pub allocatable: Resources,
-    /// The sum of the requests of its pods (upstream `Requested`), pod count included.
-    pub requested: Resources,
-    /// The same with upstream's non-zero defaults for pods that request no cpu/memory
-    /// (100m, 200Mi), used by scoring (upstream `NonZeroRequested`).
-    pub non_zero_requested: Resources,
-    pub pods: Vec<Arc<Pod>>,
-    pub used_ports: Vec<HostPort>,
-}
-
-/// The outcome of a filter (upstream `framework.Status` codes).
+/// The outcome of an extension point (upstream `framework.Status` codes).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Status {
     Success,
@@ -44,6 +35,15 @@ pub enum Status {
     Unschedulable(String),
     /// The pod can never fit this node as it is (preemption cannot help).
     UnschedulableAndUnresolvable(String),
+    /// PreFilter/PreScore: the plugin has nothing to do for this pod; its Filter/Score is skipped.
+    /// Bind: the plugin does not bind this pod.
+    Skip,
+    /// Permit: the pod waits for an allow or reject.
+    Wait,
+    /// PreEnqueue: the pod is not ready for scheduling (e.g. scheduling gates).
+    Pending(String),
+    /// An unexpected failure (the pod is retried after a backoff).
+    Error(String),
 }
 
 impl Status {
@@ -51,29 +51,26 @@ impl Status {
         matches!(self, Status::Success)
     }
 
+    /// Success or Skip.
+    pub fn is_ok(&self) -> bool {
+        matches!(self, Status::Success | Status::Skip)
+    }
+
+    pub fn is_rejected(&self) -> bool {
+        matches!(
+            self,
+            Status::Unschedulable(_) | Status::UnschedulableAndUnresolvable(_) | Status::Pending(_)
+        )
+    }
+
     /// The reason, as counted in `0/N nodes are available: ...`.
     pub fn reason(&self) -> Option<&str> {
         match self {
-            Status::Success => None,
-            Status::Unschedulable(r) | Status::UnschedulableAndUnresolvable(r) => Some(r),
+            Status::Success | Status::Skip | Status::Wait => None,
+            Status::Unschedulable(r)
+            | Status::UnschedulableAndUnresolvable(r)
+            | Status::Pending(r)
+            | Status::Error(r) => Some(r),
         }
-    }
-}
-
-/// A Filter plugin: may the pod run on this node?
-pub trait FilterPlugin: Send + Sync {
-    fn name(&self) -> &'static str;
-    fn filter(&self, pod: &Pod, node: &NodeInfo) -> Status;
-}
-
-/// A Score plugin: how good is this node for the pod (0..=MAX_NODE_SCORE after normalization)?
-pub trait ScorePlugin: Send + Sync {
-    fn name(&self) -> &'static str;
-    fn score(&self, pod: &Pod, node: &NodeInfo) -> i64;
-    /// Rescales the raw scores of all feasible nodes (upstream `NormalizeScore`); default: none.
-    fn normalize(&self, _pod: &Pod, _scores: &mut [i64]) {}
-    /// The plugin's weight in the default profile.
-    fn weight(&self) -> i64 {
-        1
     }
 }

@@ -1,15 +1,14 @@
 //! Resource arithmetic for scheduling (upstream `framework.Resource`, `resourcehelper.PodRequests`,
 //! `schedutil.GetNonzeroRequests`): Kubernetes quantity parsing, a pod's effective requests and the
-//! bookkeeping of [`NodeInfo`] as pods are added and removed.
+//! host ports a pod binds.
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Container, Node, Pod};
+use k8s_openapi::api::core::v1::{Container, Pod};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 
-use super::{HostPort, NodeInfo};
+use super::HostPort;
 
 /// cpu assumed for a container that requests none, when scoring (upstream `DefaultMilliCPURequest`).
 pub const DEFAULT_MILLI_CPU_REQUEST: i64 = 100;
@@ -66,7 +65,7 @@ impl Resources {
 
     /// Adds (`sign` 1) or subtracts (`sign` -1) `other`; scalar entries that reach zero are
     /// dropped so that adding then removing a pod restores an equal value.
-    fn accumulate(&mut self, other: &Resources, sign: i64) {
+    pub(crate) fn accumulate(&mut self, other: &Resources, sign: i64) {
         self.milli_cpu += sign * other.milli_cpu;
         self.memory += sign * other.memory;
         self.ephemeral_storage += sign * other.ephemeral_storage;
@@ -342,87 +341,13 @@ pub fn pod_host_ports(pod: &Pod) -> Vec<HostPort> {
         .collect()
 }
 
-fn pod_key(pod: &Pod) -> (&str, &str) {
-    (
-        pod.metadata.namespace.as_deref().unwrap_or(""),
-        pod.metadata.name.as_deref().unwrap_or(""),
-    )
-}
-
-impl NodeInfo {
-    /// A node with no pods; allocatable from `status.allocatable`.
-    pub fn new(node: Arc<Node>) -> NodeInfo {
-        let allocatable = node
-            .status
-            .as_ref()
-            .and_then(|s| s.allocatable.as_ref())
-            .map(Resources::from_list)
-            .unwrap_or_default();
-        NodeInfo {
-            node,
-            allocatable,
-            requested: Resources::default(),
-            non_zero_requested: Resources::default(),
-            pods: Vec::new(),
-            used_ports: Vec::new(),
-        }
-    }
-
-    pub fn name(&self) -> &str {
-        self.node.metadata.name.as_deref().unwrap_or("")
-    }
-
-    /// Accounts a pod (bound or assumed) on this node.
-    pub fn add_pod(&mut self, pod: Arc<Pod>) {
-        let (req, non_zero) = pod_contribution(&pod);
-        self.requested.accumulate(&req, 1);
-        self.non_zero_requested.accumulate(&non_zero, 1);
-        self.used_ports.extend(pod_host_ports(&pod));
-        self.pods.push(pod);
-    }
-
-    /// Forgets a pod; false when it isn't on this node.
-    pub fn remove_pod(&mut self, namespace: &str, name: &str) -> bool {
-        let Some(i) = self
-            .pods
-            .iter()
-            .position(|p| pod_key(p) == (namespace, name))
-        else {
-            return false;
-        };
-        let pod = self.pods.remove(i);
-        let (req, non_zero) = pod_contribution(&pod);
-        self.requested.accumulate(&req, -1);
-        self.non_zero_requested.accumulate(&non_zero, -1);
-        // One entry per port the pod added, so another pod's identical entry survives.
-        for hp in pod_host_ports(&pod) {
-            if let Some(j) = self.used_ports.iter().position(|u| *u == hp) {
-                self.used_ports.remove(j);
-            }
-        }
-        true
-    }
-}
-
-/// What a pod adds to `requested` and `non_zero_requested` (upstream tracks only cpu and
-/// memory in the latter); both count the pod in `allowed_pod_number`.
-fn pod_contribution(pod: &Pod) -> (Resources, Resources) {
-    let mut req = pod_requests(pod);
-    req.allowed_pod_number = 1;
-    let nz = pod_non_zero_requests(pod);
-    let non_zero = Resources {
-        milli_cpu: nz.milli_cpu,
-        memory: nz.memory,
-        allowed_pod_number: 1,
-        ..Default::default()
-    };
-    (req, non_zero)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::framework::NodeInfo;
+    use k8s_openapi::api::core::v1::Node;
     use serde_json::json;
+    use std::sync::Arc;
 
     #[test]
     fn quantities() {

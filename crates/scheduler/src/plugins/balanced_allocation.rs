@@ -3,8 +3,12 @@
 
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::framework::resources::pod_requests;
-use crate::framework::{NodeInfo, ScorePlugin, MAX_NODE_SCORE};
+use std::sync::Arc;
+
+use crate::framework::resources::{pod_requests, Resources};
+use crate::framework::{
+    CycleState, NodeInfo, Plugin, PreScorePlugin, ScorePlugin, Status, MAX_NODE_SCORE,
+};
 
 /// Uses the actual requests (not the non-zero defaults). A pod requesting neither cpu nor memory
 /// scores 0 everywhere: upstream skips the plugin for it, so that best-effort pods don't pile
@@ -35,12 +39,15 @@ fn balanced_score(dims: &[(i64, i64)]) -> i64 {
 }
 
 impl ScorePlugin for NodeResourcesBalancedAllocation {
-    fn name(&self) -> &'static str {
-        "NodeResourcesBalancedAllocation"
-    }
-
-    fn score(&self, pod: &Pod, node: &NodeInfo) -> i64 {
-        let req = pod_requests(pod);
+    fn score(&self, state: &CycleState, pod: &Pod, node: &NodeInfo) -> i64 {
+        let computed;
+        let req = match state.read::<Resources>(STATE_KEY) {
+            Some(r) => r,
+            None => {
+                computed = pod_requests(pod);
+                &computed
+            }
+        };
         if req.milli_cpu == 0 && req.memory == 0 {
             return 0;
         }
@@ -52,10 +59,36 @@ impl ScorePlugin for NodeResourcesBalancedAllocation {
     }
 }
 
+impl Plugin for NodeResourcesBalancedAllocation {
+    fn name(&self) -> &'static str {
+        "NodeResourcesBalancedAllocation"
+    }
+    fn as_pre_score(&self) -> Option<&dyn PreScorePlugin> {
+        Some(self)
+    }
+    fn as_score(&self) -> Option<&dyn ScorePlugin> {
+        Some(self)
+    }
+}
+
+const STATE_KEY: &str = "PreScoreNodeResourcesBalancedAllocation";
+
+impl PreScorePlugin for NodeResourcesBalancedAllocation {
+    /// The pod's requests once per cycle; best-effort pods skip the plugin (upstream).
+    fn pre_score(&self, state: &mut CycleState, pod: &Pod, _nodes: &[Arc<NodeInfo>]) -> Status {
+        let req = pod_requests(pod);
+        if req.milli_cpu == 0 && req.memory == 0 {
+            return Status::Skip;
+        }
+        state.write(STATE_KEY, req);
+        Status::Success
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plugins::testutil::{node, node_info, pod_with_requests};
+    use crate::plugins::testutil::{node, node_info, pod_with_requests, st};
     use serde_json::{json, Value};
 
     fn req(cpu: i64, mem: i64) -> Value {
@@ -137,7 +170,7 @@ mod tests {
         for (name, pod, nodes, want) in cases {
             let got: Vec<i64> = nodes
                 .iter()
-                .map(|ni| NodeResourcesBalancedAllocation.score(&pod, ni))
+                .map(|ni| NodeResourcesBalancedAllocation.score(&st(), &pod, ni))
                 .collect();
             assert_eq!(got, want, "{name}");
         }

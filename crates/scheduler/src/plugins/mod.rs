@@ -1,29 +1,47 @@
-//! The default in-tree plugins (upstream `pkg/scheduler/framework/plugins`), with upstream's names
-//! and failure reasons, and the default profile's order and weights.
+//! The in-tree plugins (upstream `pkg/scheduler/framework/plugins`) with upstream's names, failure
+//! reasons and arguments, and the registry that builds them by name (upstream `registry.go`).
 //!
 //! A filter that fails for several reasons at once (only `NodeResourcesFit`, e.g. "Insufficient
 //! cpu" and "Insufficient memory") joins them with [`REASON_SEPARATOR`] in one [`Status`]; upstream
 //! counts each reason separately in `0/N nodes are available: ...`, so split with [`reasons`].
 
 pub mod balanced_allocation;
+pub mod default_binder;
+pub mod default_preemption;
+pub mod image_locality;
+pub mod inter_pod_affinity;
 pub mod node_affinity;
 pub mod node_name;
 pub mod node_ports;
 pub mod node_resources_fit;
 pub mod node_unschedulable;
+pub mod pod_topology_spread;
+pub mod priority_sort;
+pub mod scheduling_gates;
 pub mod taint_toleration;
 #[cfg(test)]
-mod testutil;
+pub(crate) mod testutil;
+pub mod volume_binding;
+
+use std::sync::Arc;
 
 pub use balanced_allocation::NodeResourcesBalancedAllocation;
+pub use default_binder::DefaultBinder;
+pub use default_preemption::DefaultPreemption;
+pub use image_locality::ImageLocality;
+pub use inter_pod_affinity::InterPodAffinity;
 pub use node_affinity::NodeAffinity;
 pub use node_name::NodeName;
 pub use node_ports::NodePorts;
 pub use node_resources_fit::NodeResourcesFit;
 pub use node_unschedulable::NodeUnschedulable;
+pub use pod_topology_spread::PodTopologySpread;
+pub use priority_sort::PrioritySort;
+pub use scheduling_gates::SchedulingGates;
 pub use taint_toleration::TaintToleration;
+pub use volume_binding::VolumeBinding;
 
-use crate::framework::{FilterPlugin, ScorePlugin, Status};
+use crate::framework::{Handle, Plugin, Status};
 
 /// Separates the reasons of a multi-reason [`Status`].
 pub const REASON_SEPARATOR: char = '\n';
@@ -36,26 +54,84 @@ pub fn reasons(status: &Status) -> impl Iterator<Item = &str> {
         .flat_map(|r| r.split(REASON_SEPARATOR))
 }
 
-/// The default profile's filters, in upstream's order.
-pub fn default_filters() -> Vec<Box<dyn FilterPlugin>> {
-    vec![
-        Box::new(NodeUnschedulable),
-        Box::new(NodeName),
-        Box::new(TaintToleration),
-        Box::new(NodeAffinity),
-        Box::new(NodePorts),
-        Box::new(NodeResourcesFit),
-    ]
+/// Upstream's default profile (`getDefaultPlugins`, multiPoint) in order, with score weights.
+/// VolumeRestrictions, NodeVolumeLimits and VolumeZone are upstream defaults rkube does not have.
+pub const DEFAULT_PLUGINS: &[(&str, i64)] = &[
+    ("SchedulingGates", 0),
+    ("PrioritySort", 0),
+    ("NodeUnschedulable", 0),
+    ("NodeName", 0),
+    ("TaintToleration", 3),
+    ("NodeAffinity", 2),
+    ("NodePorts", 0),
+    ("NodeResourcesFit", 1),
+    ("VolumeBinding", 0),
+    ("PodTopologySpread", 2),
+    ("InterPodAffinity", 2),
+    ("DefaultPreemption", 0),
+    ("NodeResourcesBalancedAllocation", 1),
+    ("ImageLocality", 1),
+    ("DefaultBinder", 0),
+];
+
+/// Upstream in-tree plugins that rkube does not implement: they may be disabled, not enabled.
+pub const UNIMPLEMENTED: &[&str] = &[
+    "VolumeRestrictions",
+    "NodeVolumeLimits",
+    "VolumeZone",
+    "DynamicResources",
+    "NodeDeclaredFeatures",
+];
+
+/// Reads plugin args (a `*Args` object; `apiVersion`/`kind` are allowed and ignored).
+fn args<T: serde::de::DeserializeOwned + Default>(
+    name: &str,
+    v: Option<&serde_json::Value>,
+) -> Result<T, String> {
+    let Some(v) = v else {
+        return Ok(T::default());
+    };
+    let mut v = v.clone();
+    if let Some(m) = v.as_object_mut() {
+        m.remove("apiVersion");
+        m.remove("kind");
+    }
+    serde_json::from_value(v).map_err(|e| format!("{name} args: {e}"))
 }
 
-/// The default profile's scorers, in upstream's order (weights: 3, 2, 1, 1).
-pub fn default_scores() -> Vec<Box<dyn ScorePlugin>> {
-    vec![
-        Box::new(TaintToleration),
-        Box::new(NodeAffinity),
-        Box::new(NodeResourcesFit),
-        Box::new(NodeResourcesBalancedAllocation),
-    ]
+/// Whether a plugin of this name exists.
+pub fn known(name: &str) -> bool {
+    DEFAULT_PLUGINS.iter().any(|(n, _)| *n == name)
+}
+
+/// Builds the plugin `name` with its args.
+pub fn new_plugin(
+    name: &str,
+    a: Option<&serde_json::Value>,
+    handle: &Handle,
+) -> Result<Arc<dyn Plugin>, String> {
+    let h = handle.clone();
+    Ok(match name {
+        "SchedulingGates" => Arc::new(SchedulingGates),
+        "PrioritySort" => Arc::new(PrioritySort),
+        "NodeUnschedulable" => Arc::new(NodeUnschedulable),
+        "NodeName" => Arc::new(NodeName),
+        "TaintToleration" => Arc::new(TaintToleration),
+        "NodeAffinity" => Arc::new(NodeAffinity),
+        "NodePorts" => Arc::new(NodePorts),
+        "NodeResourcesFit" => Arc::new(NodeResourcesFit::from_args(args(name, a)?)?),
+        "VolumeBinding" => Arc::new(VolumeBinding::new(h)),
+        "PodTopologySpread" => Arc::new(PodTopologySpread::new(args(name, a)?, h)?),
+        "InterPodAffinity" => Arc::new(InterPodAffinity::new(args(name, a)?, h)?),
+        "DefaultPreemption" => Arc::new(DefaultPreemption::new(args(name, a)?, h)?),
+        "NodeResourcesBalancedAllocation" => Arc::new(NodeResourcesBalancedAllocation),
+        "ImageLocality" => Arc::new(ImageLocality),
+        "DefaultBinder" => Arc::new(DefaultBinder { client: h.client }),
+        other if UNIMPLEMENTED.contains(&other) => {
+            return Err(format!("plugin {other:?} is not implemented by rkube"))
+        }
+        other => return Err(format!("plugin {other:?} does not exist")),
+    })
 }
 
 /// Upstream `helper.DefaultNormalizeScore`: scales scores so the highest becomes `max`
@@ -95,32 +171,22 @@ mod tests {
     }
 
     #[test]
-    fn defaults_in_upstream_order() {
-        let f: Vec<_> = default_filters().iter().map(|p| p.name()).collect();
-        assert_eq!(
-            f,
-            [
-                "NodeUnschedulable",
-                "NodeName",
-                "TaintToleration",
-                "NodeAffinity",
-                "NodePorts",
-                "NodeResourcesFit"
-            ]
-        );
-        let s: Vec<_> = default_scores()
-            .iter()
-            .map(|p| (p.name(), p.weight()))
-            .collect();
-        assert_eq!(
-            s,
-            [
-                ("TaintToleration", 3),
-                ("NodeAffinity", 2),
-                ("NodeResourcesFit", 1),
-                ("NodeResourcesBalancedAllocation", 1)
-            ]
-        );
+    fn every_default_plugin_builds() {
+        let h = Handle::default();
+        for (name, _) in DEFAULT_PLUGINS {
+            let p = new_plugin(name, None, &h).unwrap();
+            assert_eq!(p.name(), *name);
+        }
+        assert!(new_plugin("Nope", None, &h)
+            .err()
+            .unwrap()
+            .contains("does not exist"));
+        assert!(new_plugin("VolumeZone", None, &h)
+            .err()
+            .unwrap()
+            .contains("not implemented"));
+        let bad = serde_json::json!({"scoringStrategy": {"type": "Bogus"}});
+        assert!(new_plugin("NodeResourcesFit", Some(&bad), &h).is_err());
     }
 
     #[test]

@@ -2,12 +2,16 @@
 //! nodeaffinity`): `spec.nodeSelector` and the required node affinity must match; matching
 //! preferred terms add their weights to the score.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 use k8s_openapi::api::core::v1::{NodeSelectorRequirement, NodeSelectorTerm, Pod};
 
 use super::default_normalize_score;
-use crate::framework::{FilterPlugin, NodeInfo, ScorePlugin, Status, MAX_NODE_SCORE};
+use crate::framework::{action, ClusterEvent, EventResource};
+use crate::framework::{
+    CycleState, FilterPlugin, NodeInfo, Plugin, PreFilterPlugin, PreFilterResult, ScorePlugin,
+    Status, MAX_NODE_SCORE,
+};
 
 pub const ERR_REASON_POD: &str = "node(s) didn't match Pod's node affinity/selector";
 
@@ -90,8 +94,21 @@ fn term_matches(
     all
 }
 
-fn node_labels(node: &NodeInfo) -> BTreeMap<String, String> {
-    node.node.metadata.labels.clone().unwrap_or_default()
+static NO_LABELS: BTreeMap<String, String> = BTreeMap::new();
+
+fn node_labels(node: &NodeInfo) -> &BTreeMap<String, String> {
+    node.labels().unwrap_or(&NO_LABELS)
+}
+
+/// Upstream `corev1.MatchNodeSelectorTerms`: any term of the selector matches the node.
+pub fn node_selector_matches(
+    sel: &k8s_openapi::api::core::v1::NodeSelector,
+    node: &NodeInfo,
+) -> bool {
+    let labels = node_labels(node);
+    sel.node_selector_terms
+        .iter()
+        .any(|t| term_matches(t, labels, node.name()))
 }
 
 /// Upstream `GetRequiredNodeAffinity(pod).Match(node)`: nodeSelector AND (any required term).
@@ -118,16 +135,12 @@ pub fn required_node_affinity_matches(pod: &Pod, node: &NodeInfo) -> bool {
         Some(sel) => sel
             .node_selector_terms
             .iter()
-            .any(|t| term_matches(t, &labels, node.name())),
+            .any(|t| term_matches(t, labels, node.name())),
     }
 }
 
 impl FilterPlugin for NodeAffinity {
-    fn name(&self) -> &'static str {
-        "NodeAffinity"
-    }
-
-    fn filter(&self, pod: &Pod, node: &NodeInfo) -> Status {
+    fn filter(&self, _state: &CycleState, pod: &Pod, node: &NodeInfo) -> Status {
         if required_node_affinity_matches(pod, node) {
             Status::Success
         } else {
@@ -137,12 +150,8 @@ impl FilterPlugin for NodeAffinity {
 }
 
 impl ScorePlugin for NodeAffinity {
-    fn name(&self) -> &'static str {
-        "NodeAffinity"
-    }
-
     /// The sum of the weights of the preferred terms the node matches.
-    fn score(&self, pod: &Pod, node: &NodeInfo) -> i64 {
+    fn score(&self, _state: &CycleState, pod: &Pod, node: &NodeInfo) -> i64 {
         let preferred = pod
             .spec
             .as_ref()
@@ -159,24 +168,101 @@ impl ScorePlugin for NodeAffinity {
         let labels = node_labels(node);
         preferred
             .iter()
-            .filter(|p| p.weight != 0 && term_matches(&p.preference, &labels, node.name()))
+            .filter(|p| p.weight != 0 && term_matches(&p.preference, labels, node.name()))
             .map(|p| i64::from(p.weight))
             .sum()
     }
 
-    fn normalize(&self, _pod: &Pod, scores: &mut [i64]) {
+    fn normalize(&self, _state: &CycleState, _pod: &Pod, scores: &mut [i64]) {
         default_normalize_score(MAX_NODE_SCORE, false, scores);
     }
+}
 
-    fn weight(&self) -> i64 {
-        2
+impl Plugin for NodeAffinity {
+    fn name(&self) -> &'static str {
+        "NodeAffinity"
+    }
+    fn events_to_register(&self) -> Vec<ClusterEvent> {
+        vec![ClusterEvent::new(
+            EventResource::Node,
+            action::ADD | action::UPDATE_NODE_LABEL,
+        )]
+    }
+    fn as_pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
+        Some(self)
+    }
+    fn as_filter(&self) -> Option<&dyn FilterPlugin> {
+        Some(self)
+    }
+    fn as_score(&self) -> Option<&dyn ScorePlugin> {
+        Some(self)
+    }
+}
+
+pub const ERR_REASON_CONFLICT: &str = "pod affinity terms conflict";
+
+impl PreFilterPlugin for NodeAffinity {
+    /// Skips pods without a node selector or required affinity; narrows the nodes when every
+    /// required term names nodes (`matchFields` on `metadata.name` with `In`).
+    fn pre_filter(&self, _state: &mut CycleState, pod: &Pod) -> (Option<PreFilterResult>, Status) {
+        let spec = pod.spec.as_ref();
+        let required = spec
+            .and_then(|s| s.affinity.as_ref())
+            .and_then(|a| a.node_affinity.as_ref())
+            .and_then(|na| {
+                na.required_during_scheduling_ignored_during_execution
+                    .as_ref()
+            });
+        let has_selector = spec
+            .and_then(|s| s.node_selector.as_ref())
+            .is_some_and(|s| !s.is_empty());
+        let Some(required) = required else {
+            return (
+                None,
+                if has_selector {
+                    Status::Success
+                } else {
+                    Status::Skip
+                },
+            );
+        };
+        let mut names: Option<HashSet<String>> = None;
+        for t in &required.node_selector_terms {
+            let mut term_names: Option<HashSet<String>> = None;
+            for r in t.match_fields.iter().flatten() {
+                if r.key == "metadata.name" && r.operator == "In" {
+                    let s: HashSet<String> = r.values.iter().flatten().cloned().collect();
+                    term_names = Some(match term_names {
+                        None => s,
+                        Some(prev) => prev.intersection(&s).cloned().collect(),
+                    });
+                }
+            }
+            let Some(term_names) = term_names else {
+                return (None, Status::Success);
+            };
+            names.get_or_insert_with(HashSet::new).extend(term_names);
+        }
+        match names {
+            Some(n) if n.is_empty() => (
+                None,
+                Status::UnschedulableAndUnresolvable(ERR_REASON_CONFLICT.into()),
+            ),
+            Some(n) => (
+                Some(PreFilterResult {
+                    node_names: Some(n),
+                }),
+                Status::Success,
+            ),
+            None => (None, Status::Success),
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plugins::testutil::{labeled_node, pod};
+    use crate::plugins::testutil::{labeled_node, pod, st};
     use serde_json::{json, Value};
 
     fn expr(key: &str, op: &str, values: &[&str]) -> Value {
@@ -432,7 +518,7 @@ mod tests {
         ];
         for (name, spec, labels, node_name, want) in cases {
             assert_eq!(
-                NodeAffinity.filter(&pod("p", spec), &labeled_node(node_name, labels)),
+                NodeAffinity.filter(&st(), &pod("p", spec), &labeled_node(node_name, labels)),
                 want,
                 "{name}"
             );
@@ -481,12 +567,13 @@ mod tests {
                 .map(|(i, l)| {
                     ScorePlugin::score(
                         &NodeAffinity,
+                        &st(),
                         &p,
                         &labeled_node(&format!("n{i}"), l.clone()),
                     )
                 })
                 .collect();
-            NodeAffinity.normalize(&p, &mut scores);
+            NodeAffinity.normalize(&st(), &p, &mut scores);
             assert_eq!(scores, want, "{name}");
         }
     }

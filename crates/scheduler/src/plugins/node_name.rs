@@ -2,18 +2,15 @@
 
 use k8s_openapi::api::core::v1::Pod;
 
-use crate::framework::{FilterPlugin, NodeInfo, Status};
+use crate::framework::{action, ClusterEvent, EventResource};
+use crate::framework::{CycleState, FilterPlugin, NodeInfo, Plugin, Status};
 
 pub const ERR_REASON: &str = "node(s) didn't match the requested node name";
 
 pub struct NodeName;
 
 impl FilterPlugin for NodeName {
-    fn name(&self) -> &'static str {
-        "NodeName"
-    }
-
-    fn filter(&self, pod: &Pod, node: &NodeInfo) -> Status {
+    fn filter(&self, _state: &CycleState, pod: &Pod, node: &NodeInfo) -> Status {
         match pod.spec.as_ref().and_then(|s| s.node_name.as_deref()) {
             Some(wanted) if !wanted.is_empty() && wanted != node.name() => {
                 Status::UnschedulableAndUnresolvable(ERR_REASON.into())
@@ -23,10 +20,22 @@ impl FilterPlugin for NodeName {
     }
 }
 
+impl Plugin for NodeName {
+    fn name(&self) -> &'static str {
+        "NodeName"
+    }
+    fn events_to_register(&self) -> Vec<ClusterEvent> {
+        vec![ClusterEvent::new(EventResource::Node, action::ADD)]
+    }
+    fn as_filter(&self) -> Option<&dyn FilterPlugin> {
+        Some(self)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plugins::testutil::{labeled_node, pod};
+    use crate::plugins::testutil::{labeled_node, pod, st};
     use serde_json::json;
 
     #[test]
@@ -43,7 +52,7 @@ mod tests {
         ];
         let ni = labeled_node("foo", json!({}));
         for (name, spec, want) in cases {
-            assert_eq!(NodeName.filter(&pod("p", spec), &ni), want, "{name}");
+            assert_eq!(NodeName.filter(&st(), &pod("p", spec), &ni), want, "{name}");
         }
     }
 }

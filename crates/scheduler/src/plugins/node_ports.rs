@@ -3,7 +3,10 @@
 use k8s_openapi::api::core::v1::Pod;
 
 use crate::framework::resources::pod_host_ports;
-use crate::framework::{FilterPlugin, HostPort, NodeInfo, Status};
+use crate::framework::{action, ClusterEvent, EventResource};
+use crate::framework::{
+    CycleState, FilterPlugin, HostPort, NodeInfo, Plugin, PreFilterPlugin, PreFilterResult, Status,
+};
 
 pub const ERR_REASON: &str = "node(s) didn't have free ports for the requested pod ports";
 
@@ -27,12 +30,12 @@ pub fn fits(pod: &Pod, node: &NodeInfo) -> bool {
 }
 
 impl FilterPlugin for NodePorts {
-    fn name(&self) -> &'static str {
-        "NodePorts"
-    }
-
-    fn filter(&self, pod: &Pod, node: &NodeInfo) -> Status {
-        if fits(pod, node) {
+    fn filter(&self, state: &CycleState, pod: &Pod, node: &NodeInfo) -> Status {
+        let fit = match state.read::<Vec<HostPort>>(STATE_KEY) {
+            Some(ports) => ports.iter().all(|p| !conflicts(&node.used_ports, p)),
+            None => fits(pod, node),
+        };
+        if fit {
             Status::Success
         } else {
             Status::Unschedulable(ERR_REASON.into())
@@ -40,10 +43,42 @@ impl FilterPlugin for NodePorts {
     }
 }
 
+impl Plugin for NodePorts {
+    fn name(&self) -> &'static str {
+        "NodePorts"
+    }
+    fn events_to_register(&self) -> Vec<ClusterEvent> {
+        vec![
+            ClusterEvent::new(EventResource::Pod, action::DELETE),
+            ClusterEvent::new(EventResource::Node, action::ADD),
+        ]
+    }
+    fn as_pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
+        Some(self)
+    }
+    fn as_filter(&self) -> Option<&dyn FilterPlugin> {
+        Some(self)
+    }
+}
+
+const STATE_KEY: &str = "PreFilterNodePorts";
+
+impl PreFilterPlugin for NodePorts {
+    /// The pod's host ports, once; pods without any skip the filter.
+    fn pre_filter(&self, state: &mut CycleState, pod: &Pod) -> (Option<PreFilterResult>, Status) {
+        let ports = pod_host_ports(pod);
+        if ports.is_empty() {
+            return (None, Status::Skip);
+        }
+        state.write(STATE_KEY, ports);
+        (None, Status::Success)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plugins::testutil::{node, node_info, pod};
+    use crate::plugins::testutil::{node, node_info, pod, st};
     use serde_json::{json, Value};
 
     /// A pod with one container binding "PROTO/IP/PORT" host ports.
@@ -157,7 +192,7 @@ mod tests {
         ];
         for (name, want_ports, used, want) in cases {
             assert_eq!(
-                NodePorts.filter(&port_pod("p", &want_ports), &existing(&used)),
+                NodePorts.filter(&st(), &port_pod("p", &want_ports), &existing(&used)),
                 want,
                 "{name}"
             );
@@ -178,12 +213,12 @@ mod tests {
         };
         let ni = existing(&["TCP/0.0.0.0/8001"]);
         assert_eq!(
-            NodePorts.filter(&init(false), &ni),
+            NodePorts.filter(&st(), &init(false), &ni),
             Status::Success,
             "plain init container ports are ignored"
         );
         assert_eq!(
-            NodePorts.filter(&init(true), &ni),
+            NodePorts.filter(&st(), &init(true), &ni),
             Status::Unschedulable(ERR_REASON.into()),
             "sidecar ports count"
         );

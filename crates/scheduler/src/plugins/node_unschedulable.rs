@@ -4,18 +4,15 @@
 use k8s_openapi::api::core::v1::{Pod, Taint};
 
 use super::taint_toleration::tolerations_tolerate_taint;
-use crate::framework::{FilterPlugin, NodeInfo, Status};
+use crate::framework::{action, ClusterEvent, EventResource};
+use crate::framework::{CycleState, FilterPlugin, NodeInfo, Plugin, Status};
 
 pub const ERR_REASON_UNSCHEDULABLE: &str = "node(s) were unschedulable";
 
 pub struct NodeUnschedulable;
 
 impl FilterPlugin for NodeUnschedulable {
-    fn name(&self) -> &'static str {
-        "NodeUnschedulable"
-    }
-
-    fn filter(&self, pod: &Pod, node: &NodeInfo) -> Status {
+    fn filter(&self, _state: &CycleState, pod: &Pod, node: &NodeInfo) -> Status {
         let unschedulable = node
             .node
             .spec
@@ -43,10 +40,28 @@ impl FilterPlugin for NodeUnschedulable {
     }
 }
 
+impl Plugin for NodeUnschedulable {
+    fn name(&self) -> &'static str {
+        "NodeUnschedulable"
+    }
+    fn events_to_register(&self) -> Vec<ClusterEvent> {
+        vec![
+            ClusterEvent::new(EventResource::Node, action::ADD | action::UPDATE_NODE_TAINT),
+            ClusterEvent::new(
+                EventResource::UnscheduledPod,
+                action::UPDATE_POD_TOLERATIONS,
+            ),
+        ]
+    }
+    fn as_filter(&self) -> Option<&dyn FilterPlugin> {
+        Some(self)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plugins::testutil::{node, node_info, pod};
+    use crate::plugins::testutil::{node, node_info, pod, st};
     use serde_json::json;
 
     #[test]
@@ -94,7 +109,7 @@ mod tests {
         for (name, node_spec, pod_spec, want) in cases {
             let ni = node_info(node("n", json!({}), node_spec, json!({})), vec![]);
             assert_eq!(
-                NodeUnschedulable.filter(&pod("p", pod_spec), &ni),
+                NodeUnschedulable.filter(&st(), &pod("p", pod_spec), &ni),
                 want,
                 "{name}"
             );

@@ -4,7 +4,10 @@
 use k8s_openapi::api::core::v1::{Pod, Taint, Toleration};
 
 use super::default_normalize_score;
-use crate::framework::{FilterPlugin, NodeInfo, ScorePlugin, Status, MAX_NODE_SCORE};
+use crate::framework::{action, ClusterEvent, EventResource};
+use crate::framework::{
+    CycleState, FilterPlugin, NodeInfo, Plugin, ScorePlugin, Status, MAX_NODE_SCORE,
+};
 
 pub struct TaintToleration;
 
@@ -26,11 +29,7 @@ fn tolerations(pod: &Pod) -> &[Toleration] {
 }
 
 impl FilterPlugin for TaintToleration {
-    fn name(&self) -> &'static str {
-        "TaintToleration"
-    }
-
-    fn filter(&self, pod: &Pod, node: &NodeInfo) -> Status {
+    fn filter(&self, _state: &CycleState, pod: &Pod, node: &NodeInfo) -> Status {
         let tolerations = tolerations(pod);
         let untolerated = taints(node).iter().find(|t| {
             (t.effect == "NoSchedule" || t.effect == "NoExecute")
@@ -48,12 +47,11 @@ impl FilterPlugin for TaintToleration {
 }
 
 impl ScorePlugin for TaintToleration {
-    fn name(&self) -> &'static str {
-        "TaintToleration"
-    }
-
     /// The number of PreferNoSchedule taints the pod doesn't tolerate (lower is better).
-    fn score(&self, pod: &Pod, node: &NodeInfo) -> i64 {
+    fn score(&self, _state: &CycleState, pod: &Pod, node: &NodeInfo) -> i64 {
+        if taints(node).is_empty() {
+            return 0;
+        }
         // Only tolerations that can match PreferNoSchedule taints count.
         let prefer: Vec<Toleration> = tolerations(pod)
             .iter()
@@ -71,19 +69,36 @@ impl ScorePlugin for TaintToleration {
             .count() as i64
     }
 
-    fn normalize(&self, _pod: &Pod, scores: &mut [i64]) {
+    fn normalize(&self, _state: &CycleState, _pod: &Pod, scores: &mut [i64]) {
         default_normalize_score(MAX_NODE_SCORE, true, scores);
     }
+}
 
-    fn weight(&self) -> i64 {
-        3
+impl Plugin for TaintToleration {
+    fn name(&self) -> &'static str {
+        "TaintToleration"
+    }
+    fn events_to_register(&self) -> Vec<ClusterEvent> {
+        vec![
+            ClusterEvent::new(EventResource::Node, action::ADD | action::UPDATE_NODE_TAINT),
+            ClusterEvent::new(
+                EventResource::UnscheduledPod,
+                action::UPDATE_POD_TOLERATIONS,
+            ),
+        ]
+    }
+    fn as_filter(&self) -> Option<&dyn FilterPlugin> {
+        Some(self)
+    }
+    fn as_score(&self) -> Option<&dyn ScorePlugin> {
+        Some(self)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plugins::testutil::{pod, tainted_node};
+    use crate::plugins::testutil::{pod, st, tainted_node};
     use serde_json::{json, Value};
 
     fn taint(key: &str, value: &str, effect: &str) -> Value {
@@ -203,7 +218,7 @@ mod tests {
         for (name, tols, node_taints, want) in cases {
             let p = pod("p", json!({ "tolerations": tols }));
             assert_eq!(
-                TaintToleration.filter(&p, &tainted_node("n", node_taints)),
+                TaintToleration.filter(&st(), &p, &tainted_node("n", node_taints)),
                 want,
                 "{name}"
             );
@@ -281,9 +296,9 @@ mod tests {
             let p = pod("p", json!({ "tolerations": tols }));
             let mut scores: Vec<i64> = nodes
                 .into_iter()
-                .map(|t| ScorePlugin::score(&TaintToleration, &p, &tainted_node("n", t)))
+                .map(|t| ScorePlugin::score(&TaintToleration, &st(), &p, &tainted_node("n", t)))
                 .collect();
-            TaintToleration.normalize(&p, &mut scores);
+            TaintToleration.normalize(&st(), &p, &mut scores);
             assert_eq!(scores, want, "{name}");
         }
     }

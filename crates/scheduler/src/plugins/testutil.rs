@@ -65,3 +65,15 @@ pub fn tainted_node(name: &str, taints: Value) -> NodeInfo {
         vec![],
     )
 }
+
+/// An empty cycle state (plugins that need none).
+pub fn st() -> crate::framework::CycleState {
+    crate::framework::CycleState::new(Arc::new(crate::cache::Snapshot::default()))
+}
+
+/// A cycle state over these nodes.
+pub fn st_of(nodes: &[NodeInfo]) -> crate::framework::CycleState {
+    crate::framework::CycleState::new(Arc::new(crate::cache::Snapshot::new(
+        nodes.iter().cloned().map(Arc::new).collect(),
+    )))
+}

@@ -1,0 +1,515 @@
+//! VolumeBinding (upstream `volumebinding`), for pre-provisioned volumes: every PVC the pod uses must
+//! exist and not be deleting; an unbound PVC of an `Immediate` class (or of no class) makes the pod
+//! unschedulable, as upstream (the PV controller binds those first); a bound PVC's PV must exist and
+//! its node affinity must match the node; an unbound `WaitForFirstConsumer` PVC needs an available PV
+//! that fits it and the node, which PreBind then binds (the PV controller's part of the work).
+//! Not done: dynamic provisioning (a provisioner's class does not make an unbound claim feasible)
+//! and storage capacity scoring.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod};
+use kube::api::{Patch, PatchParams};
+use kube::Api;
+use serde_json::json;
+
+use super::node_affinity::node_selector_matches;
+use crate::framework::resources::parse_quantity;
+use crate::framework::{
+    action, ClusterEvent, CycleState, EventResource, FilterPlugin, Handle, NodeInfo, Plugin,
+    PreBindPlugin, PreFilterPlugin, PreFilterResult, Status,
+};
+
+pub const ERR_REASON_BIND_CONFLICT: &str =
+    "node(s) didn't find available persistent volumes to bind";
+pub const ERR_REASON_NODE_CONFLICT: &str = "node(s) had volume node affinity conflict";
+pub const ERR_REASON_PV_NOT_EXIST: &str =
+    "node(s) unavailable due to one or more pvc(s) bound to non-existent pv(s)";
+pub const ERR_UNBOUND_IMMEDIATE: &str = "pod has unbound immediate PersistentVolumeClaims";
+
+const STATE_KEY: &str = "PreFilterVolumeBinding";
+
+pub struct VolumeBinding {
+    handle: Handle,
+}
+
+#[derive(Clone, Debug, Default)]
+struct State {
+    /// PV names of the pod's bound claims.
+    bound: Vec<String>,
+    /// Unbound WaitForFirstConsumer claims.
+    to_bind: Vec<Arc<PersistentVolumeClaim>>,
+}
+
+impl VolumeBinding {
+    pub fn new(handle: Handle) -> VolumeBinding {
+        VolumeBinding { handle }
+    }
+
+    /// The claim names of the pod's volumes (generic ephemeral volumes: `<pod>-<volume>`).
+    fn claim_names(pod: &Pod) -> Vec<(String, bool)> {
+        let pod_name = pod.metadata.name.as_deref().unwrap_or("");
+        pod.spec
+            .as_ref()
+            .and_then(|s| s.volumes.as_ref())
+            .into_iter()
+            .flatten()
+            .filter_map(|v| {
+                if let Some(c) = &v.persistent_volume_claim {
+                    Some((c.claim_name.clone(), false))
+                } else {
+                    v.ephemeral
+                        .as_ref()
+                        .map(|_| (format!("{pod_name}-{}", v.name), true))
+                }
+            })
+            .collect()
+    }
+
+    fn binding_mode(&self, pvc: &PersistentVolumeClaim) -> String {
+        let class = pvc.spec.as_ref().and_then(|s| s.storage_class_name.clone());
+        class
+            .filter(|c| !c.is_empty())
+            .and_then(|c| self.handle.listers.storage_classes.get(&c))
+            .and_then(|sc| sc.volume_binding_mode.clone())
+            .unwrap_or_else(|| "Immediate".into())
+    }
+}
+
+fn request(pvc: &PersistentVolumeClaim) -> i64 {
+    pvc.spec
+        .as_ref()
+        .and_then(|s| s.resources.as_ref())
+        .and_then(|r| r.requests.as_ref())
+        .and_then(|r| r.get("storage"))
+        .and_then(|q| parse_quantity(&q.0).ok())
+        .unwrap_or(0)
+}
+
+/// Whether an available PV can hold the claim on this node (upstream `FindMatchingVolume`, in
+/// short: class, capacity, access modes, volume mode, label selector and node affinity).
+fn pv_fits(pv: &PersistentVolume, pvc: &PersistentVolumeClaim, node: &NodeInfo) -> bool {
+    let (Some(ps), Some(cs)) = (pv.spec.as_ref(), pvc.spec.as_ref()) else {
+        return false;
+    };
+    if ps.claim_ref.is_some() || pv.metadata.deletion_timestamp.is_some() {
+        return false;
+    }
+    let class = |c: Option<&String>| c.cloned().unwrap_or_default();
+    if class(ps.storage_class_name.as_ref()) != class(cs.storage_class_name.as_ref()) {
+        return false;
+    }
+    let capacity = ps
+        .capacity
+        .as_ref()
+        .and_then(|c| c.get("storage"))
+        .and_then(|q| parse_quantity(&q.0).ok())
+        .unwrap_or(0);
+    if capacity < request(pvc) {
+        return false;
+    }
+    let modes = ps.access_modes.clone().unwrap_or_default();
+    if !cs.access_modes.iter().flatten().all(|m| modes.contains(m)) {
+        return false;
+    }
+    let mode = |m: Option<&String>| m.cloned().unwrap_or_else(|| "Filesystem".into());
+    if mode(ps.volume_mode.as_ref()) != mode(cs.volume_mode.as_ref()) {
+        return false;
+    }
+    if let Some(sel) = &cs.selector {
+        let s = crate::framework::selector::Selector::lenient(Some(sel));
+        if !s.matches(pv.metadata.labels.as_ref()) {
+            return false;
+        }
+    }
+    pv_node_matches(pv, node)
+}
+
+fn pv_node_matches(pv: &PersistentVolume, node: &NodeInfo) -> bool {
+    match pv
+        .spec
+        .as_ref()
+        .and_then(|s| s.node_affinity.as_ref())
+        .and_then(|a| a.required.as_ref())
+    {
+        Some(sel) => node_selector_matches(sel, node),
+        None => true,
+    }
+}
+
+impl Plugin for VolumeBinding {
+    fn name(&self) -> &'static str {
+        "VolumeBinding"
+    }
+    fn events_to_register(&self) -> Vec<ClusterEvent> {
+        vec![
+            ClusterEvent::new(
+                EventResource::PersistentVolumeClaim,
+                action::ADD | action::UPDATE,
+            ),
+            ClusterEvent::new(
+                EventResource::PersistentVolume,
+                action::ADD | action::UPDATE,
+            ),
+            ClusterEvent::new(EventResource::StorageClass, action::ADD | action::UPDATE),
+            ClusterEvent::new(EventResource::Node, action::ADD | action::UPDATE_NODE_LABEL),
+        ]
+    }
+    fn as_pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
+        Some(self)
+    }
+    fn as_filter(&self) -> Option<&dyn FilterPlugin> {
+        Some(self)
+    }
+    fn as_pre_bind(&self) -> Option<&dyn PreBindPlugin> {
+        Some(self)
+    }
+}
+
+impl PreFilterPlugin for VolumeBinding {
+    fn pre_filter(&self, state: &mut CycleState, pod: &Pod) -> (Option<PreFilterResult>, Status) {
+        let names = Self::claim_names(pod);
+        if names.is_empty() {
+            return (None, Status::Skip);
+        }
+        let ns = pod.metadata.namespace.as_deref().unwrap_or("");
+        let mut s = State::default();
+        let mut unbound_immediate = false;
+        for (name, ephemeral) in names {
+            let Some(pvc) = self.handle.listers.pvcs.get(&format!("{ns}/{name}")) else {
+                return (
+                    None,
+                    Status::UnschedulableAndUnresolvable(format!(
+                        "persistentvolumeclaim \"{name}\" not found"
+                    )),
+                );
+            };
+            if ephemeral {
+                let owned = pvc.metadata.owner_references.iter().flatten().any(|o| {
+                    o.controller == Some(true) && Some(&o.uid) == pod.metadata.uid.as_ref()
+                });
+                if !owned {
+                    return (
+                        None,
+                        Status::UnschedulableAndUnresolvable(format!(
+                            "PVC {ns}/{name} was not created for pod {ns}/{} (pod is not owner)",
+                            pod.metadata.name.as_deref().unwrap_or("")
+                        )),
+                    );
+                }
+            }
+            if pvc.metadata.deletion_timestamp.is_some() {
+                return (
+                    None,
+                    Status::UnschedulableAndUnresolvable(format!(
+                        "persistentvolumeclaim \"{name}\" is being deleted"
+                    )),
+                );
+            }
+            let volume = pvc.spec.as_ref().and_then(|s| s.volume_name.clone());
+            match volume.filter(|v| !v.is_empty()) {
+                Some(pv) => s.bound.push(pv),
+                None if self.binding_mode(&pvc) == "WaitForFirstConsumer" => s.to_bind.push(pvc),
+                None => unbound_immediate = true,
+            }
+        }
+        if unbound_immediate {
+            return (
+                None,
+                Status::UnschedulableAndUnresolvable(ERR_UNBOUND_IMMEDIATE.into()),
+            );
+        }
+        state.write(STATE_KEY, s);
+        (None, Status::Success)
+    }
+}
+
+impl VolumeBinding {
+    /// For each claim to bind, a distinct available PV that fits on the node.
+    fn find_matches(
+        &self,
+        s: &State,
+        node: &NodeInfo,
+    ) -> Option<Vec<(Arc<PersistentVolumeClaim>, String)>> {
+        let mut pvs: Vec<Arc<PersistentVolume>> = self.handle.listers.pvs.list();
+        // Smallest first, as upstream picks the smallest volume that fits.
+        let size = |pv: &PersistentVolume| {
+            pv.spec
+                .as_ref()
+                .and_then(|s| s.capacity.as_ref())
+                .and_then(|c| c.get("storage"))
+                .and_then(|q| parse_quantity(&q.0).ok())
+                .unwrap_or(0)
+        };
+        pvs.sort_by_key(|pv| (size(pv), pv.metadata.name.clone()));
+        let mut taken: BTreeMap<String, ()> = BTreeMap::new();
+        let mut out = Vec::new();
+        for pvc in &s.to_bind {
+            let pv = pvs.iter().find(|pv| {
+                let name = pv.metadata.name.clone().unwrap_or_default();
+                !taken.contains_key(&name) && pv_fits(pv, pvc, node)
+            })?;
+            let name = pv.metadata.name.clone().unwrap_or_default();
+            taken.insert(name.clone(), ());
+            out.push((pvc.clone(), name));
+        }
+        Some(out)
+    }
+}
+
+impl FilterPlugin for VolumeBinding {
+    fn filter(&self, state: &CycleState, _pod: &Pod, node: &NodeInfo) -> Status {
+        let Some(s) = state.read::<State>(STATE_KEY) else {
+            return Status::Success;
+        };
+        for name in &s.bound {
+            let Some(pv) = self.handle.listers.pvs.get(name) else {
+                return Status::UnschedulableAndUnresolvable(ERR_REASON_PV_NOT_EXIST.into());
+            };
+            if !pv_node_matches(&pv, node) {
+                return Status::UnschedulableAndUnresolvable(ERR_REASON_NODE_CONFLICT.into());
+            }
+        }
+        if !s.to_bind.is_empty() && self.find_matches(s, node).is_none() {
+            return Status::UnschedulableAndUnresolvable(ERR_REASON_BIND_CONFLICT.into());
+        }
+        Status::Success
+    }
+}
+
+impl PreBindPlugin for VolumeBinding {
+    /// Binds each WaitForFirstConsumer claim to the PV chosen for the node: the PV's claimRef, then
+    /// the claim's volumeName, as the PV controller would.
+    fn pre_bind<'a>(
+        &'a self,
+        state: &'a CycleState,
+        _pod: &'a Pod,
+        node: &'a str,
+    ) -> BoxFuture<'a, Status> {
+        async move {
+            let Some(s) = state.read::<State>(STATE_KEY) else {
+                return Status::Success;
+            };
+            if s.to_bind.is_empty() {
+                return Status::Success;
+            }
+            let Some(client) = self.handle.client.clone() else {
+                return Status::Error("no API client to bind volumes with".into());
+            };
+            let Some(info) = state.snapshot.get(node).cloned() else {
+                return Status::Error(format!("node {node} left the snapshot"));
+            };
+            let Some(matches) = self.find_matches(s, &info) else {
+                return Status::Unschedulable(ERR_REASON_BIND_CONFLICT.into());
+            };
+            for (pvc, pv) in matches {
+                let ns = pvc.metadata.namespace.clone().unwrap_or_default();
+                let name = pvc.metadata.name.clone().unwrap_or_default();
+                let claim_ref = json!({"spec": {"claimRef": {"kind": "PersistentVolumeClaim", "apiVersion": "v1",
+                    "namespace": ns, "name": name, "uid": pvc.metadata.uid, "resourceVersion": pvc.metadata.resource_version}}});
+                let pvs: Api<PersistentVolume> = Api::all(client.clone());
+                if let Err(e) = pvs.patch(&pv, &PatchParams::default(), &Patch::Merge(&claim_ref)).await {
+                    return Status::Error(format!("binding volume {pv}: {e}"));
+                }
+                let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
+                let patch = json!({"metadata": {"annotations": {"pv.kubernetes.io/bind-completed": "yes",
+                    "volume.kubernetes.io/selected-node": node}}, "spec": {"volumeName": pv}});
+                if let Err(e) = pvcs.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+                    return Status::Error(format!("binding claim {ns}/{name}: {e}"));
+                }
+            }
+            Status::Success
+        }
+        .boxed()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::plugins::testutil::{labeled_node, pod, st_of};
+    use serde_json::{json, Value};
+
+    fn handle(objects: &[Value]) -> Handle {
+        let h = Handle::default();
+        for o in objects {
+            match o["kind"].as_str() {
+                Some("PersistentVolumeClaim") => {
+                    h.listers
+                        .pvcs
+                        .upsert(Arc::new(serde_json::from_value(o.clone()).unwrap()));
+                }
+                Some("PersistentVolume") => {
+                    h.listers
+                        .pvs
+                        .upsert(Arc::new(serde_json::from_value(o.clone()).unwrap()));
+                }
+                Some("StorageClass") => {
+                    h.listers
+                        .storage_classes
+                        .upsert(Arc::new(serde_json::from_value(o.clone()).unwrap()));
+                }
+                _ => panic!("unexpected {o}"),
+            }
+        }
+        h
+    }
+
+    fn pvc(name: &str, volume: Option<&str>, class: Option<&str>) -> Value {
+        json!({"kind": "PersistentVolumeClaim", "metadata": {"name": name, "namespace": "default"},
+            "spec": {"volumeName": volume, "storageClassName": class, "accessModes": ["ReadWriteOnce"],
+                     "resources": {"requests": {"storage": "1Gi"}}}})
+    }
+
+    fn pv(name: &str, zone: Option<&str>, class: &str, claimed: bool) -> Value {
+        let mut v = json!({"kind": "PersistentVolume", "metadata": {"name": name},
+            "spec": {"storageClassName": class, "accessModes": ["ReadWriteOnce"], "capacity": {"storage": "2Gi"}}});
+        if let Some(z) = zone {
+            v["spec"]["nodeAffinity"] = json!({"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                {"key": "zone", "operator": "In", "values": [z]}]}]}});
+        }
+        if claimed {
+            v["spec"]["claimRef"] = json!({"name": "other", "namespace": "default"});
+        }
+        v
+    }
+
+    fn wffc(name: &str) -> Value {
+        json!({"kind": "StorageClass", "metadata": {"name": name}, "provisioner": "kubernetes.io/no-provisioner",
+            "volumeBindingMode": "WaitForFirstConsumer"})
+    }
+
+    fn pod_with_claims(claims: &[&str]) -> Pod {
+        let vols: Vec<Value> = claims
+            .iter()
+            .map(|c| json!({"name": c, "persistentVolumeClaim": {"claimName": c}}))
+            .collect();
+        pod("p", json!({ "volumes": vols }))
+    }
+
+    #[test]
+    fn filter() {
+        let z1 = labeled_node("n1", json!({"zone": "z1"}));
+        let z2 = labeled_node("n2", json!({"zone": "z2"}));
+        let nodes = vec![z1.clone(), z2.clone()];
+        let unresolvable = |m: &str| Status::UnschedulableAndUnresolvable(m.to_string());
+        // (name, objects, claims, pre-filter status, filter on n1, filter on n2)
+        type Case<'a> = (&'a str, Vec<Value>, Vec<&'a str>, Status, Status, Status);
+        let cases: Vec<Case> = vec![
+            (
+                "no volumes",
+                vec![],
+                vec![],
+                Status::Skip,
+                Status::Success,
+                Status::Success,
+            ),
+            (
+                "claim not found",
+                vec![],
+                vec!["c"],
+                unresolvable("persistentvolumeclaim \"c\" not found"),
+                Status::Success,
+                Status::Success,
+            ),
+            (
+                "bound claim, PV without affinity",
+                vec![pvc("c", Some("v"), None), pv("v", None, "", true)],
+                vec!["c"],
+                Status::Success,
+                Status::Success,
+                Status::Success,
+            ),
+            (
+                "bound claim, node-affine PV",
+                vec![pvc("c", Some("v"), None), pv("v", Some("z1"), "", true)],
+                vec!["c"],
+                Status::Success,
+                Status::Success,
+                unresolvable(ERR_REASON_NODE_CONFLICT),
+            ),
+            (
+                "bound to a missing PV",
+                vec![pvc("c", Some("gone"), None)],
+                vec!["c"],
+                Status::Success,
+                unresolvable(ERR_REASON_PV_NOT_EXIST),
+                unresolvable(ERR_REASON_PV_NOT_EXIST),
+            ),
+            (
+                "unbound immediate claim",
+                vec![pvc("c", None, Some("fast"))],
+                vec!["c"],
+                unresolvable(ERR_UNBOUND_IMMEDIATE),
+                Status::Success,
+                Status::Success,
+            ),
+            (
+                "unbound WaitForFirstConsumer claim with a local PV in z2",
+                vec![
+                    pvc("c", None, Some("local")),
+                    wffc("local"),
+                    pv("v", Some("z2"), "local", false),
+                ],
+                vec!["c"],
+                Status::Success,
+                unresolvable(ERR_REASON_BIND_CONFLICT),
+                Status::Success,
+            ),
+            (
+                "the only PV is claimed",
+                vec![
+                    pvc("c", None, Some("local")),
+                    wffc("local"),
+                    pv("v", None, "local", true),
+                ],
+                vec!["c"],
+                Status::Success,
+                unresolvable(ERR_REASON_BIND_CONFLICT),
+                unresolvable(ERR_REASON_BIND_CONFLICT),
+            ),
+            (
+                "two claims need two PVs",
+                vec![
+                    pvc("a", None, Some("local")),
+                    pvc("b", None, Some("local")),
+                    wffc("local"),
+                    pv("v1", None, "local", false),
+                ],
+                vec!["a", "b"],
+                Status::Success,
+                unresolvable(ERR_REASON_BIND_CONFLICT),
+                unresolvable(ERR_REASON_BIND_CONFLICT),
+            ),
+        ];
+        for (name, objects, claims, want_pre, want1, want2) in cases {
+            let vb = VolumeBinding::new(handle(&objects));
+            let p = pod_with_claims(&claims);
+            let mut st = st_of(&nodes);
+            let (_, pre) = vb.pre_filter(&mut st, &p);
+            assert_eq!(pre, want_pre, "{name}: prefilter");
+            if !pre.is_success() {
+                continue;
+            }
+            assert_eq!(vb.filter(&st, &p, &z1), want1, "{name}: n1");
+            assert_eq!(vb.filter(&st, &p, &z2), want2, "{name}: n2");
+        }
+    }
+
+    #[test]
+    fn deleting_claim() {
+        let mut c = pvc("c", Some("v"), None);
+        c["metadata"]["deletionTimestamp"] = json!("2024-01-01T00:00:00Z");
+        let vb = VolumeBinding::new(handle(&[c]));
+        let (_, s) = vb.pre_filter(&mut st_of(&[]), &pod_with_claims(&["c"]));
+        assert_eq!(
+            s,
+            Status::UnschedulableAndUnresolvable(
+                "persistentvolumeclaim \"c\" is being deleted".into()
+            )
+        );
+    }
+}

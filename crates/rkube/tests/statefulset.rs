@@ -76,9 +76,45 @@ spec:
       name: data
     spec:
       accessModes: ["ReadWriteOnce"]
+      storageClassName: local
       resources:
         requests:
           storage: 1Gi
+"#;
+
+/// Pre-provisioned local volumes for the claims: with no provisioner, an `Immediate` claim would
+/// wait for the PV controller; `WaitForFirstConsumer` claims are bound by the scheduler.
+const LOCAL_VOLUMES: &str = r#"
+apiVersion: storage.k8s.io/v1
+kind: StorageClass
+metadata:
+  name: local
+provisioner: kubernetes.io/no-provisioner
+volumeBindingMode: WaitForFirstConsumer
+---
+apiVersion: v1
+kind: PersistentVolume
+metadata:
+  name: local-a
+spec:
+  capacity:
+    storage: 1Gi
+  accessModes: ["ReadWriteOnce"]
+  storageClassName: local
+  hostPath:
+    path: /tmp/local-a
+---
+apiVersion: v1
+kind: PersistentVolume
+metadata:
+  name: local-b
+spec:
+  capacity:
+    storage: 1Gi
+  accessModes: ["ReadWriteOnce"]
+  storageClassName: local
+  hostPath:
+    path: /tmp/local-b
 "#;
 
 /// What the watch saw of one pod: event, name, Running and Ready, being deleted.
@@ -88,6 +124,8 @@ struct Seen {
     name: String,
     ready: bool,
     deleting: bool,
+    /// `uid Kind/name` of the pod and its first owner.
+    owned: String,
 }
 
 fn seen(event: &'static str, p: &Pod) -> Seen {
@@ -101,18 +139,33 @@ fn seen(event: &'static str, p: &Pod) -> Seen {
         name: p.metadata.name.clone().unwrap_or_default(),
         ready,
         deleting: p.metadata.deletion_timestamp.is_some(),
+        owned: format!(
+            "{} {}",
+            p.metadata.uid.as_deref().unwrap_or_default(),
+            p.metadata
+                .owner_references
+                .as_ref()
+                .and_then(|o| o.first())
+                .map(|o| format!("{}/{}", o.kind, o.name))
+                .unwrap_or_default()
+        ),
     }
 }
 
-/// Records every watch event of the StatefulSet's pods from the start.
-fn watch_pods(rt: &tokio::runtime::Runtime, c: &Cluster) -> Arc<Mutex<Vec<Seen>>> {
+/// Records every watch event of the pods matching `selector` from the start.
+fn watch_pods(
+    rt: &tokio::runtime::Runtime,
+    c: &Cluster,
+    selector: &'static str,
+    resource_version: String,
+) -> Arc<Mutex<Vec<Seen>>> {
     let events = Arc::new(Mutex::new(Vec::new()));
     let client = rt.block_on(c.client());
     let sink = events.clone();
     rt.spawn(async move {
         let api: Api<Pod> = Api::namespaced(client, "default");
-        let params = WatchParams::default().labels("app=nginx-sts");
-        let mut stream = Box::pin(api.watch(&params, "0").await.expect("watch"));
+        let params = WatchParams::default().labels(selector);
+        let mut stream = Box::pin(api.watch(&params, &resource_version).await.expect("watch"));
         while let Ok(Some(ev)) = stream.try_next().await {
             let s = match &ev {
                 WatchEvent::Added(p) => seen("ADDED", p),
@@ -155,7 +208,7 @@ fn get(c: &Cluster, what: &[&str], path: &str) -> String {
 fn statefulsets_scale_in_order_and_roll_out() {
     let c = Cluster::start_all(Backend::Sqlite, &["--sim-nodes", "3"]);
     let rt = support::runtime();
-    let events = watch_pods(&rt, &c);
+    let events = watch_pods(&rt, &c, "app=nginx-sts", "0".into());
     c.kubectl_in(&["apply", "-f", "-"], Some(STS));
     let out = rollout(&c);
     // kubectl reports any RollingUpdate with a partition (defaulted to 0) as a partitioned roll out.
@@ -334,16 +387,22 @@ fn statefulsets_scale_in_order_and_roll_out() {
         "--labels=app=db",
         r#"--overrides={"spec":{"terminationGracePeriodSeconds":1}}"#,
     ]);
-    let orphan_uid = get(&c, &["pod", "db-0"], "{.metadata.uid}");
+    let orphan = get(
+        &c,
+        &["pod", "db-0"],
+        "{.metadata.uid} {.metadata.resourceVersion}",
+    );
+    let (orphan_uid, orphan_rv) = orphan.split_once(' ').expect("uid and resourceVersion");
+    // The adopted pod may be replaced by the rolling update at once: watch every change since
+    // the orphan was created for the adoption.
+    let db_events = watch_pods(&rt, &c, "app=db", orphan_rv.to_string());
 
     // Claims from volumeClaimTemplates, one per pod, mounted by the pods (Parallel: both at once).
+    c.kubectl_in(&["apply", "-f", "-"], Some(LOCAL_VOLUMES));
     c.kubectl_in(&["apply", "-f", "-"], Some(DB));
+    let adopted = format!("{orphan_uid} StatefulSet/db");
     wait_for("db-0 adopted", || {
-        get(
-            &c,
-            &["pod", "db-0"],
-            "{.metadata.uid} {.metadata.ownerReferences[0].kind}/{.metadata.ownerReferences[0].name}",
-        ) == format!("{orphan_uid} StatefulSet/db")
+        db_events.lock().unwrap().iter().any(|e| e.owned == adopted)
     });
     // The adopted pod has no revision: the rolling update replaces it with one of the template.
     wait_for("db pods updated and ready", || {
@@ -361,4 +420,9 @@ fn statefulsets_scale_in_order_and_roll_out() {
         "{.spec.volumes[?(@.name==\"data\")].persistentVolumeClaim.claimName}",
     );
     assert_eq!(volume, "data-db-1");
+    // The scheduler bound each claim to one of the local volumes.
+    let bound = get(&c, &["pvc"], "{.items[*].spec.volumeName}");
+    let mut bound: Vec<&str> = bound.split_whitespace().collect();
+    bound.sort();
+    assert_eq!(bound, ["local-a", "local-b"]);
 }

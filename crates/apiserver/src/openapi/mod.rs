@@ -14,20 +14,30 @@
 //! Documents are built on first request and kept, keyed by a hash of what they describe, until that
 //! changes: one per group version and one for v2.
 //!
+//! `/openapi/v2` is served in JSON or, for client-go's `OpenAPISchema()`, in gnostic's protobuf form
+//! ([`protobuf`]); its schemas are in their Swagger 2.0 form ([`v2`]), custom resources' converted as
+//! upstream converts them.
+//!
 //! Differences: the `x-kubernetes-list-type` / `-map-type` / `-list-map-keys` extensions and
 //! `default: {}` markers are not published (the `k8s-openapi` schemas do not carry them); custom
-//! resources' schemas are published as written in the CRD, also in v2 (upstream converts them).
+//! resources' schemas are published in v3 as written in the CRD (upstream also adds the fields of
+//! embedded resources there).
 
 pub mod handler;
 mod kinds;
 mod paths;
+pub mod protobuf;
+#[cfg(test)]
+mod protobuf_tests;
 #[cfg(test)]
 mod tests;
+mod v2;
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::BTreeMap;
 use std::hash::{Hash, Hasher};
-use std::sync::{Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::SystemTime;
 
 use apimachinery::resources::{Resource, Snapshot};
 use bytes::Bytes;
@@ -77,11 +87,74 @@ impl CustomSchemas {
     }
 }
 
-/// A built document: its JSON and the hash it was built for.
+/// A built document: its JSON, the hash it was built for, its entity tag and build time, and its
+/// other encodings, made on first request and kept with it.
 #[derive(Clone, Debug)]
 pub struct Document {
     pub body: Bytes,
     pub hash: String,
+    /// The `ETag` (unquoted): for v2, as upstream, the SHA-512 of the JSON in upper-case hex.
+    pub etag: String,
+    /// When it was built (`Last-Modified`).
+    pub built: SystemTime,
+    encodings: Arc<Encodings>,
+}
+
+#[derive(Debug, Default)]
+struct Encodings {
+    protobuf: OnceLock<Result<Bytes, String>>,
+    gzip_json: OnceLock<Bytes>,
+    gzip_protobuf: OnceLock<Bytes>,
+}
+
+impl Document {
+    fn new(body: Bytes, hash: String, etag: String) -> Document {
+        Document {
+            body,
+            hash,
+            etag,
+            built: SystemTime::now(),
+            encodings: Arc::default(),
+        }
+    }
+
+    /// The v2 document as gnostic's `openapi_v2.Document` message, or why it cannot be (upstream
+    /// answers 503 then). Made from the JSON, as upstream's `ToProtoBinary`.
+    pub fn protobuf(&self) -> Result<Bytes, String> {
+        self.encodings
+            .protobuf
+            .get_or_init(|| {
+                let doc: Value = serde_json::from_slice(&self.body).map_err(|e| e.to_string())?;
+                protobuf::encode_document(&doc, self.body.len())
+                    .map(Bytes::from)
+                    .map_err(|e| e.to_string())
+            })
+            .clone()
+    }
+
+    /// `bytes` (the JSON or the protobuf form of this document) gzip-compressed, kept after the first
+    /// time.
+    pub fn gzipped(&self, protobuf: bool, bytes: &Bytes) -> Bytes {
+        let cell = if protobuf {
+            &self.encodings.gzip_protobuf
+        } else {
+            &self.encodings.gzip_json
+        };
+        cell.get_or_init(|| handler::gzip(bytes)).clone()
+    }
+}
+
+/// Upstream's v2 entity tag: the SHA-512 of the JSON, in upper-case hex.
+fn sha512_etag(body: &[u8]) -> String {
+    use std::fmt::Write;
+    let digest = ring::digest::digest(&ring::digest::SHA512, body);
+    digest
+        .as_ref()
+        .iter()
+        .fold(String::with_capacity(128), |mut s, b| {
+            let _ = write!(s, "{b:02X}");
+            s
+        })
 }
 
 fn gv_path(group: &str, version: &str) -> String {
@@ -141,7 +214,12 @@ fn gv_hash(snap: &Snapshot, custom: &CustomSchemas, group: &str, version: &str) 
 /// The built documents, by `v2` or `v3/<gv path>`.
 static CACHE: Mutex<BTreeMap<String, Document>> = Mutex::new(BTreeMap::new());
 
-fn cached(key: &str, hash: String, build: impl FnOnce() -> Value) -> Document {
+fn cached(
+    key: &str,
+    hash: String,
+    etag: fn(&[u8], &str) -> String,
+    build: impl FnOnce() -> Value,
+) -> Document {
     if let Some(doc) = CACHE
         .lock()
         .unwrap_or_else(|e| e.into_inner())
@@ -150,10 +228,9 @@ fn cached(key: &str, hash: String, build: impl FnOnce() -> Value) -> Document {
     {
         return doc.clone();
     }
-    let doc = Document {
-        body: Bytes::from(serde_json::to_vec(&build()).unwrap_or_default()),
-        hash,
-    };
+    let body = Bytes::from(serde_json::to_vec(&build()).unwrap_or_default());
+    let etag = etag(&body, &hash);
+    let doc = Document::new(body, hash, etag);
     CACHE
         .lock()
         .unwrap_or_else(|e| e.into_inner())
@@ -191,17 +268,22 @@ pub fn group_version(snap: &Snapshot, custom: &CustomSchemas, path: &str) -> Opt
     }
     let hash = gv_hash(snap, custom, &group, &version);
     let key = format!("v3/{}", gv_path(&group, &version));
-    Some(cached(&key, hash, || {
-        let (paths, defs) = build(&[(group, version, resources)], custom, Format::V3);
-        let mut doc = json!({
-            "openapi": "3.0.0",
-            "info": {"title": "Kubernetes", "version": "v1.33.0"},
-            "paths": paths,
-            "components": {"schemas": defs},
-        });
-        to_v3(&mut doc);
-        doc
-    }))
+    Some(cached(
+        &key,
+        hash,
+        |_, hash| hash.to_string(),
+        || {
+            let (paths, defs) = build(&[(group, version, resources)], custom, Format::V3);
+            let mut doc = json!({
+                "openapi": "3.0.0",
+                "info": {"title": "Kubernetes", "version": "v1.33.0"},
+                "paths": paths,
+                "components": {"schemas": defs},
+            });
+            to_v3(&mut doc);
+            doc
+        },
+    ))
 }
 
 /// `GET /openapi/v2`: every group version in one Swagger 2.0 document.
@@ -218,13 +300,23 @@ pub fn v2(snap: &Snapshot, custom: &CustomSchemas) -> Document {
             ));
         }
     }
-    cached("v2", format!("{:016X}", h.finish()), || {
-        let (paths, defs) = build(&gvs, custom, Format::V2);
+    let etag = |body: &[u8], _: &str| sha512_etag(body);
+    cached("v2", format!("{:016X}", h.finish()), etag, || {
+        let (paths, mut defs) = build(&gvs, custom, Format::V2);
+        defs.values_mut().for_each(v2::swagger_schema);
         json!({
             "swagger": "2.0",
             "info": {"title": "Kubernetes", "version": "v1.33.0"},
             "paths": paths,
             "definitions": defs,
+            // As upstream: bearer tokens in the Authorization header.
+            "securityDefinitions": {"BearerToken": {
+                "description": "Bearer Token authentication",
+                "type": "apiKey",
+                "name": "authorization",
+                "in": "header",
+            }},
+            "security": [{"BearerToken": []}],
         })
     })
 }
@@ -303,7 +395,11 @@ fn build(
         for r in resources {
             if base.name(&r.group, &r.version, &r.kind).is_none() {
                 let name = custom_name(&r.group, &r.version, &r.kind);
-                extra.insert(name.clone(), custom_definition(r, custom.get(r)));
+                let def = match format {
+                    Format::V3 => custom_definition(r, custom.get(r)),
+                    Format::V2 => v2::crd_definition(r, custom.get(r)),
+                };
+                extra.insert(name.clone(), def);
                 let mut list = kinds::list_schema(&name, &r.kind, &list_meta);
                 list["x-kubernetes-group-version-kind"] = json!([{
                     "group": r.group, "version": r.version, "kind": format!("{}List", r.kind),

@@ -13,7 +13,7 @@ mod decode;
 mod encode;
 pub mod schema;
 mod special;
-mod wire;
+pub mod wire;
 
 use serde_json::{Map, Value};
 

@@ -150,7 +150,7 @@ fn tokens_authenticate_as_their_service_account() {
     // TokenReview, as another component verifying the token would ask.
     let review = |token: &str, audiences: &str| -> Value {
         let out = c.kubectl_in(
-            &["create", "-o", "json", "--validate=false", "-f", "-"],
+            &["create", "-o", "json", "-f", "-"],
             Some(&format!(
                 r#"{{"apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview", "spec": {{"token": "{token}"{audiences}}}}}"#
             )),

@@ -9,9 +9,11 @@ pub mod allocator;
 pub mod authn;
 pub mod bootstrap;
 pub mod certs;
+pub mod connect;
 pub mod crd;
 pub mod discovery;
 pub mod filter;
+pub mod kubelet_client;
 pub mod metrics;
 pub mod objects;
 pub mod openapi;
@@ -54,6 +56,8 @@ pub struct Config {
     pub service_cluster_ip_range: String,
     pub compaction_interval: Duration,
     pub bookmark_interval: Duration,
+    /// How to reach kubelets (`--kubelet-*`).
+    pub kubelet: kubelet_client::KubeletClientOptions,
 }
 
 impl Config {
@@ -67,6 +71,7 @@ impl Config {
             service_cluster_ip_range: "10.96.0.0/12".into(),
             compaction_interval: storage::compaction::DEFAULT_INTERVAL,
             bookmark_interval: Duration::from_secs(60),
+            kubelet: Default::default(),
         }
     }
 }
@@ -84,6 +89,8 @@ pub struct ApiServer {
     pub metrics: Arc<metrics::ApiMetrics>,
     /// Appended to `/metrics` (the all-in-one server adds its components' metrics).
     pub extra_metrics: Option<metrics::ExtraMetrics>,
+    /// Logs, exec, attach, port-forward and node proxying go through this to kubelets.
+    pub kubelet: kubelet_client::KubeletClient,
 }
 
 /// Opens the store, loads the caches, creates the bootstrap objects, writes the certificates and
@@ -133,6 +140,12 @@ pub async fn start_with_metrics(
         IpAddr::V6(a) => format!("[{a}]"),
         a => a.to_string(),
     };
+    let pki = certs::ensure(&config.data_dir, &[config.bind_address.to_string()])
+        .map_err(|e| e.to_string())?;
+    let kubelet = kubelet_client::KubeletClient::new(
+        &config.kubelet,
+        (&pki.kubelet_client_cert, &pki.kubelet_client_key),
+    )?;
     let registry = Registry::with_builtin();
     let caches = watch_cache::CacheSet::new();
     for r in registry.snapshot().resources.values() {
@@ -149,6 +162,7 @@ pub async fn start_with_metrics(
         bookmark_interval: config.bookmark_interval,
         metrics: Arc::default(),
         extra_metrics,
+        kubelet,
     });
     let current = store.current_revision().await.map_err(|e| e.to_string())?;
     tokio::spawn(caches.clone().run(store.clone()));
@@ -166,8 +180,6 @@ pub async fn start_with_metrics(
         )
     };
 
-    let pki = certs::ensure(&config.data_dir, &[config.bind_address.to_string()])
-        .map_err(|e| e.to_string())?;
     let url = format!("https://{client_host}:{}", local.port());
     let kubeconfig = config.data_dir.join("admin.kubeconfig");
     certs::write_kubeconfig(&kubeconfig, &certs::admin_kubeconfig(&pki, &url))?;

@@ -130,7 +130,11 @@ pub async fn serve(
                 // Clients multiplex many watches over one HTTP/2 connection; hyper-based clients queue
                 // streams past the limit instead of opening a new connection, so keep it generous.
                 builder.http2().max_concurrent_streams(1000);
-                if let Err(e) = builder.serve_connection(TokioIo::new(tls), service).await {
+                // Upgrades: exec, attach, port-forward and proxied WebSockets switch protocols.
+                if let Err(e) = builder
+                    .serve_connection_with_upgrades(TokioIo::new(tls), service)
+                    .await
+                {
                     tracing::debug!(%peer, error = %e, "connection ended with an error");
                 }
             });
@@ -163,16 +167,20 @@ async fn handle(
     cert_user: Option<UserInfo>,
     req: Request<Incoming>,
 ) -> Response<Body> {
-    let (parts, body) = req.into_parts();
-    let path = parts.uri.path().to_string();
-    let query = Query::parse(parts.uri.query());
+    let path = req.uri().path().to_string();
     if is_public(&path) {
         return public(&path);
     }
-    let user = cert_user.or_else(|| api.tokens.authenticate(&parts.headers));
+    let user = cert_user.or_else(|| api.tokens.authenticate(req.headers()));
     let Some(user) = user else {
         return response::error_response(&ApiError::unauthorized());
     };
+    // Connect subresources stream their bodies and may switch protocols: they skip body reading.
+    if let Some(target) = crate::connect::target(&path) {
+        return crate::connect::serve(api, target, req).await;
+    }
+    let (parts, body) = req.into_parts();
+    let query = Query::parse(parts.uri.query());
     // Read past the limit (to a hard cap) so the client gets its 413 instead of a reset connection.
     let body = match Limited::new(body, DRAIN_LIMIT).collect().await {
         Ok(collected) => collected.to_bytes(),

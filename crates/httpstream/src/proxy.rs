@@ -6,11 +6,10 @@
 //! Differences: no connection pooling (streaming requests are long-lived and rare), no rewriting of
 //! HTML in proxied responses, no bandwidth throttling.
 
-use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
-use http::{header, HeaderMap, HeaderName, Request, Response};
+use http::{header, HeaderMap, Request, Response};
 use hyper::body::{Body, Incoming};
 use hyper::upgrade::Upgraded;
 use hyper_util::rt::TokioIo;
@@ -295,16 +294,6 @@ impl rustls::client::danger::ServerCertVerifier for NoVerify {
     fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
         self.0.signature_verification_algorithms.supported_schemes()
     }
-}
-
-/// A header name from a static string known to be valid.
-pub fn header_name(name: &'static str) -> HeaderName {
-    HeaderName::from_static(name)
-}
-
-/// An I/O error for a failed proxy step.
-pub fn io_error(e: impl std::fmt::Display) -> io::Error {
-    io::Error::other(e.to_string())
 }
 
 #[cfg(test)]

@@ -3,6 +3,7 @@
 mod bench;
 mod controller_flags;
 mod controller_manager;
+mod kubelet;
 mod leader;
 mod serve;
 mod sim;
@@ -31,6 +32,8 @@ enum Command {
     ControllerManager(controller_manager::ControllerManagerArgs),
     /// The scheduler: binds pending pods to nodes.
     Scheduler(SchedulerArgs),
+    /// The kubelet: runs the pods bound to this node through a CRI runtime (containerd).
+    Kubelet(kubelet::KubeletArgs),
     /// Simulated nodes (like kwok): Nodes whose pods run without processes, for scale tests.
     Sim(sim::SimArgs),
     /// Measure a part of rkube (results go to docs/benchmarks.md).
@@ -103,6 +106,7 @@ fn main() -> std::process::ExitCode {
         match cli.command {
             Command::Server(args) | Command::Apiserver(args) => serve::run(args).await,
             Command::Sim(args) => sim::run(args).await,
+            Command::Kubelet(args) => kubelet::run(args).await,
             Command::Scheduler(args) => run_scheduler(args).await,
             Command::ControllerManager(args) => controller_manager::run(args).await,
             Command::Bench(args) => bench::run(args).await,

@@ -71,6 +71,14 @@ pub struct ServeArgs {
     disable_controllers: bool,
     #[command(flatten)]
     controllers: crate::controller_flags::ControllerFlags,
+    /// Do not run the local node (the kubelet and its containerd) in this process.
+    #[arg(long)]
+    disable_kubelet: bool,
+    /// Port of the local kubelet's HTTPS server (0 picks a free one).
+    #[arg(long, default_value_t = 10250)]
+    kubelet_port: u16,
+    #[command(flatten)]
+    kubelet: crate::kubelet::KubeletFlags,
     /// Simulated nodes to run in this process (see `rkube sim`).
     #[arg(long, default_value_t = 0)]
     sim_nodes: usize,
@@ -165,6 +173,18 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
         let sim = sim::Simulator::start(client, args.sim.config(args.sim_nodes)).await?;
         eprintln!("rkube: {} simulated nodes running", args.sim_nodes);
         Some(sim)
+    } else {
+        None
+    };
+    let _local_node = if !args.disable_kubelet {
+        let kubeconfig = args.data_dir.join("admin.kubeconfig");
+        crate::kubelet::start_local_node(
+            &args.kubelet,
+            &args.data_dir,
+            &kubeconfig,
+            args.kubelet_port,
+        )
+        .await?
     } else {
         None
     };

@@ -1,0 +1,231 @@
+//! `rkube kubelet` and the local node of `rkube server` (k3s's agent in the server process): flags,
+//! the container runtime (a given CRI endpoint, or containerd started as a child with a config under
+//! the data dir), image archives imported at start, then [`kubelet::run`].
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::Args;
+
+/// Flags shared by `rkube kubelet` and `rkube server` (upstream kubelet flag names).
+#[derive(Args, Debug, Clone)]
+pub struct KubeletFlags {
+    /// The node's name (default: the host name).
+    #[arg(long)]
+    pub node_name: Option<String>,
+    /// The node's InternalIP (default: the first global IPv4 address of the machine).
+    #[arg(long)]
+    pub node_ip: Option<std::net::IpAddr>,
+    /// Labels to register the node with: key=value,...
+    #[arg(long, default_value = "")]
+    pub node_labels: String,
+    /// CRI endpoint (unix:///path). In `rkube server`, when absent, containerd is started as a child.
+    #[arg(long)]
+    pub container_runtime_endpoint: Option<String>,
+    /// Static pod manifests: a file or a directory.
+    #[arg(long)]
+    pub pod_manifest_path: Option<PathBuf>,
+    /// A URL serving static pod manifests (a Pod or a PodList).
+    #[arg(long)]
+    pub manifest_url: Option<String>,
+    /// HTTP headers for --manifest-url, `Name:Value`, repeatable.
+    #[arg(long)]
+    pub manifest_url_header: Vec<String>,
+    /// The kubelet's state and pod volumes (default /var/lib/kubelet; `<data-dir>/kubelet` in `rkube server`).
+    #[arg(long)]
+    pub root_dir: Option<PathBuf>,
+    /// Container logs (default /var/log/pods; `<data-dir>/kubelet/pod-logs` in `rkube server`).
+    #[arg(long)]
+    pub pod_logs_dir: Option<PathBuf>,
+    /// Parent cgroup of the pods' cgroups (`<root>/kubepods/...`).
+    #[arg(long, default_value = "/")]
+    pub cgroup_root: String,
+    /// Maximum pods on the node.
+    #[arg(long, default_value_t = 110)]
+    pub max_pods: u32,
+    /// Run the container runtime (and so the pod network) in network namespace /run/netns/NAME,
+    /// created if missing, instead of the host's (for tests and sandboxes). Only with the containerd
+    /// that `rkube server` starts.
+    #[arg(long)]
+    pub pod_network_namespace: Option<String>,
+    /// Cluster DNS server IPs, comma-separated (pods use the host's resolv.conf when none).
+    #[arg(long, value_delimiter = ',')]
+    pub cluster_dns: Vec<String>,
+    #[arg(long, default_value = "cluster.local")]
+    pub cluster_domain: String,
+    /// How often static pod manifests are re-read in full.
+    #[arg(long, default_value = "20s", value_parser = crate::serve::parse_duration)]
+    pub file_check_frequency: Duration,
+    /// How often every pod is synced.
+    #[arg(long, default_value = "1m", value_parser = crate::serve::parse_duration)]
+    pub sync_frequency: Duration,
+}
+
+#[derive(Args, Debug)]
+pub struct KubeletArgs {
+    /// Kubeconfig of the cluster (default: $KUBECONFIG, then ~/.kube/config). Without an API server
+    /// (`--standalone`), only static pods run.
+    #[arg(long)]
+    kubeconfig: Option<PathBuf>,
+    /// Run without an API server: only static pods (file and URL sources).
+    #[arg(long)]
+    standalone: bool,
+    /// Port of the kubelet's HTTPS server, reported in the Node's daemonEndpoints.
+    #[arg(long, default_value_t = 10250)]
+    port: u16,
+    #[command(flatten)]
+    flags: KubeletFlags,
+}
+
+impl KubeletFlags {
+    pub fn config(
+        &self,
+        endpoint: &str,
+        default_root: PathBuf,
+        default_logs: PathBuf,
+        port: u16,
+    ) -> Result<kubelet::KubeletConfig, String> {
+        let node_name = self
+            .node_name
+            .clone()
+            .unwrap_or_else(kubelet::machine::hostname);
+        let node_ip = match self.node_ip {
+            Some(ip) => ip,
+            None => kubelet::machine::default_node_ip()
+                .ok_or("cannot find the node's IP address: give --node-ip")?,
+        };
+        let mut c = kubelet::KubeletConfig::new(&node_name, node_ip, endpoint);
+        c.node_labels = kubelet::config::parse_labels(&self.node_labels)?;
+        c.root_dir = self.root_dir.clone().unwrap_or(default_root);
+        c.pod_logs_dir = self.pod_logs_dir.clone().unwrap_or(default_logs);
+        c.pod_manifest_path = self.pod_manifest_path.clone();
+        c.manifest_url = self.manifest_url.clone();
+        c.manifest_url_headers = self
+            .manifest_url_header
+            .iter()
+            .map(|h| {
+                h.split_once(':')
+                    .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+                    .ok_or_else(|| format!("--manifest-url-header {h:?}: expected Name:Value"))
+            })
+            .collect::<Result<_, _>>()?;
+        c.cgroup_root = self.cgroup_root.clone();
+        c.max_pods = self.max_pods;
+        c.cluster_dns = self.cluster_dns.clone();
+        c.cluster_domain = self.cluster_domain.clone();
+        c.file_check_frequency = self.file_check_frequency;
+        c.sync_frequency = self.sync_frequency;
+        c.port = port;
+        Ok(c)
+    }
+}
+
+/// `rkube kubelet`: a kubelet against an existing runtime and cluster.
+pub async fn run(args: KubeletArgs) -> Result<(), String> {
+    let endpoint = args
+        .flags
+        .container_runtime_endpoint
+        .clone()
+        .unwrap_or_else(|| "unix:///run/containerd/containerd.sock".into());
+    if args.flags.pod_network_namespace.is_some() {
+        return Err(
+            "--pod-network-namespace needs the containerd that `rkube server` starts".into(),
+        );
+    }
+    let config = args.flags.config(
+        &endpoint,
+        PathBuf::from("/var/lib/kubelet"),
+        PathBuf::from("/var/log/pods"),
+        args.port,
+    )?;
+    let runtime = kubelet::cri::Runtime::connect(&endpoint)
+        .await
+        .map_err(|e| format!("no container runtime: {e}"))?;
+    let client = if args.standalone {
+        None
+    } else {
+        Some(crate::cluster_client(args.kubeconfig.as_deref()).await?)
+    };
+    kubelet::run(config, client, runtime).await
+}
+
+/// The local node of `rkube server`: the runtime it uses (and the containerd child it started).
+pub struct LocalNode {
+    _containerd: Option<kubelet::containerd::Containerd>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for LocalNode {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Starts the local node of `rkube server`, or says why there is none (Ok(None)).
+pub async fn start_local_node(
+    flags: &KubeletFlags,
+    data_dir: &std::path::Path,
+    kubeconfig: &std::path::Path,
+    port: u16,
+) -> Result<Option<LocalNode>, String> {
+    let data_dir = std::path::absolute(data_dir).map_err(|e| e.to_string())?;
+    let (endpoint, containerd) = match &flags.container_runtime_endpoint {
+        Some(e) => (e.clone(), None),
+        None => {
+            if kubelet::containerd::find_binary("containerd").is_none() {
+                eprintln!(
+                    "rkube: no container runtime: containerd is not installed and --container-runtime-endpoint is not given; \
+                     the local node is not started (pods need simulated nodes or another kubelet)"
+                );
+                return Ok(None);
+            }
+            let mut options =
+                kubelet::containerd::ContainerdOptions::new(&data_dir.join("containerd"));
+            if let Some(name) = &flags.pod_network_namespace {
+                options.netns = Some(kubelet::netns::ensure_named(name)?);
+            }
+            std::fs::create_dir_all(&options.dir)
+                .map_err(|e| format!("{}: {e}", options.dir.display()))?;
+            let c =
+                kubelet::containerd::Containerd::start(options, Duration::from_secs(60)).await?;
+            let images = data_dir.join("images");
+            let imported = c.import_images(&images).await?;
+            if !imported.is_empty() {
+                eprintln!(
+                    "rkube: imported {} image archive(s) from {}",
+                    imported.len(),
+                    images.display()
+                );
+            }
+            (c.endpoint(), Some(c))
+        }
+    };
+    let runtime = kubelet::cri::Runtime::connect(&endpoint)
+        .await
+        .map_err(|e| format!("no container runtime: {e}"))?;
+    let mut config = flags.config(
+        &endpoint,
+        data_dir.join("kubelet"),
+        data_dir.join("kubelet").join("pod-logs"),
+        port,
+    )?;
+    if let Some(c) = &containerd {
+        config.cni_conf_dir = Some(c.options.cni_conf_dir.clone());
+        if let Some(ns) = &c.options.netns {
+            config.pod_network = kubelet::netns::PodNetwork::named(ns);
+            config.cni_ip_masq = false;
+        }
+    }
+    let client = client::kubeconfig::client_from_file(kubeconfig).await?;
+    let node_name = config.node_name.clone();
+    let task = tokio::spawn(async move {
+        if let Err(e) = kubelet::run(config, Some(client), runtime).await {
+            eprintln!("rkube: kubelet: {e}");
+        }
+    });
+    eprintln!("rkube: local node {node_name} running (container runtime {endpoint})");
+    Ok(Some(LocalNode {
+        _containerd: containerd,
+        task,
+    }))
+}

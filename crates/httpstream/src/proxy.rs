@@ -6,12 +6,16 @@
 //! Differences: no connection pooling (streaming requests are long-lived and rare), no rewriting of
 //! HTML in proxied responses, no bandwidth throttling.
 
+use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use http::{header, HeaderMap, Request, Response};
-use hyper::body::{Body, Incoming};
-use hyper::upgrade::Upgraded;
+use http_body_util::combinators::BoxBody;
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::{Body, Frame, Incoming};
+use hyper::upgrade::{OnUpgrade, Upgraded};
 use hyper_util::rt::TokioIo;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
@@ -120,30 +124,127 @@ impl Backend {
 
     /// Sends `req` on a new connection and returns the response head; the body streams as it is
     /// read. After a 101, [`hyper::upgrade::on`] on the response yields the upgraded connection.
-    pub async fn send<B>(&self, mut req: Request<B>) -> Result<Response<Incoming>, ProxyError>
+    pub async fn send<B>(&self, req: Request<B>) -> Result<Response<Incoming>, ProxyError>
     where
         B: Body + Send + 'static,
         B::Data: Send,
         B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
     {
         let io = self.connect().await?;
-        let (mut sender, conn) = hyper::client::conn::http1::Builder::new()
-            .handshake(TokioIo::new(io))
-            .await
-            .map_err(|e| ProxyError::Request(e.to_string()))?;
-        tokio::spawn(async move {
-            if let Err(e) = conn.with_upgrades().await {
-                tracing::debug!(error = %e, "backend connection ended with an error");
-            }
-        });
-        if let Ok(v) = http::HeaderValue::from_str(&self.authority()) {
-            req.headers_mut().insert(header::HOST, v);
-        }
-        sender
-            .send_request(req)
-            .await
-            .map_err(|e| ProxyError::Request(e.to_string()))
+        send_on(io, &self.authority(), req).await
     }
+}
+
+/// Sends `req` on an open connection to `authority` (HTTP/1.1, upgrades allowed).
+pub async fn send_on<B>(
+    io: Box<dyn Io>,
+    authority: &str,
+    mut req: Request<B>,
+) -> Result<Response<Incoming>, ProxyError>
+where
+    B: Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+{
+    let (mut sender, conn) = hyper::client::conn::http1::Builder::new()
+        .handshake(TokioIo::new(io))
+        .await
+        .map_err(|e| ProxyError::Request(e.to_string()))?;
+    tokio::spawn(async move {
+        if let Err(e) = conn.with_upgrades().await {
+            tracing::debug!(error = %e, "backend connection ended with an error");
+        }
+    });
+    if let Ok(v) = http::HeaderValue::from_str(authority) {
+        req.headers_mut().insert(header::HOST, v);
+    }
+    sender
+        .send_request(req)
+        .await
+        .map_err(|e| ProxyError::Request(e.to_string()))
+}
+
+/// Response bodies of proxied requests.
+pub type ProxyBody = BoxBody<Bytes, Infallible>;
+
+/// A backend's response body, streamed to the client as it arrives; a read error ends it. When the
+/// client goes away the backend body is dropped, which closes its connection.
+pub fn stream_body(body: Incoming) -> ProxyBody {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(16);
+    tokio::spawn(async move {
+        let mut body = body;
+        while let Some(frame) = body.frame().await {
+            match frame {
+                Ok(frame) => {
+                    if let Ok(data) = frame.into_data() {
+                        if tx.send(data).await.is_err() {
+                            return;
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::debug!(error = %e, "backend response body ended with an error");
+                    return;
+                }
+            }
+        }
+    });
+    let stream = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|b| (Ok(Frame::data(b)), rx))
+    });
+    BodyExt::boxed(StreamBody::new(stream))
+}
+
+/// A backend response passed on to the client: its status, its headers (less hop-by-hop ones) and
+/// its body as it streams.
+pub fn relay(resp: Response<Incoming>) -> Response<ProxyBody> {
+    let (parts, body) = resp.into_parts();
+    let mut out = Response::new(stream_body(body));
+    *out.status_mut() = parts.status;
+    *out.headers_mut() = response_headers(&parts.headers);
+    out
+}
+
+/// The end of an upgrade request sent on to a backend (upstream `UpgradeAwareHandler.tryUpgrade`):
+/// when the backend switched protocols, the client gets the backend's 101 and the two upgraded
+/// connections are joined; any other answer is relayed as is.
+pub fn finish_upgrade(
+    mut resp: Response<Incoming>,
+    client: Option<OnUpgrade>,
+) -> Response<ProxyBody> {
+    if resp.status() != http::StatusCode::SWITCHING_PROTOCOLS {
+        return relay(resp);
+    }
+    let backend = hyper::upgrade::on(&mut resp);
+    let mut out = Response::new(BodyExt::boxed(Full::new(Bytes::new())));
+    *out.status_mut() = http::StatusCode::SWITCHING_PROTOCOLS;
+    *out.headers_mut() = resp.headers().clone();
+    tokio::spawn(async move {
+        let Some(client) = client else {
+            return;
+        };
+        match tokio::join!(client, backend) {
+            (Ok(client), Ok(backend)) => pipe(client, backend).await,
+            (Err(e), _) | (_, Err(e)) => tracing::debug!(error = %e, "upgrade failed"),
+        }
+    });
+    out
+}
+
+/// The request that carries an upgrade on to a backend: the client's method and headers (less its
+/// credentials for this server) at `path_and_query`, without a body.
+pub fn upgrade_request(
+    method: &http::Method,
+    headers: &HeaderMap,
+    path_and_query: &str,
+) -> Result<Request<http_body_util::Empty<Bytes>>, String> {
+    let mut req = Request::new(http_body_util::Empty::new());
+    *req.method_mut() = method.clone();
+    *req.uri_mut() = path_and_query
+        .parse()
+        .map_err(|e| format!("invalid backend path {path_and_query:?}: {e}"))?;
+    *req.headers_mut() = forwarded_headers(headers, true);
+    Ok(req)
 }
 
 /// Copies bytes both ways between two upgraded connections until both directions end; each side's
@@ -299,7 +400,7 @@ impl rustls::client::danger::ServerCertVerifier for NoVerify {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use http::HeaderValue;
+    use http::{HeaderName, HeaderValue};
 
     #[test]
     fn forwarded_headers_drop_credentials_and_hop_by_hop() {

@@ -73,8 +73,11 @@ struct Setup {
     _rt: tokio::runtime::Runtime,
 }
 
+/// No local node: the fake kubelet is the only one.
+const NO_LOCAL_NODE: &[&str] = &["--disable-kubelet"];
+
 fn setup() -> Setup {
-    let cluster = Cluster::start(Backend::Sqlite);
+    let cluster = Cluster::start_with(Backend::Sqlite, NO_LOCAL_NODE);
     let rt = support::runtime();
     let kubelet = rt.block_on(FakeKubelet::start(
         &cluster.data_dir().join("pki/ca.crt"),
@@ -504,7 +507,11 @@ fn kubelet_serving_certificates_are_verified_with_a_ca() {
     std::fs::write(&ca_file, &ca_cert).unwrap();
     let cluster = Cluster::start_with(
         Backend::Sqlite,
-        &["--kubelet-certificate-authority", ca_file.to_str().unwrap()],
+        &[
+            "--disable-kubelet",
+            "--kubelet-certificate-authority",
+            ca_file.to_str().unwrap(),
+        ],
     );
     let rt = support::runtime();
     let client_ca = cluster.data_dir().join("pki/ca.crt");

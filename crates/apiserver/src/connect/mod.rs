@@ -13,9 +13,7 @@ mod upgrade;
 use std::sync::Arc;
 
 use apimachinery::status::{ApiError, Qualified};
-use bytes::Bytes;
 use http::{Method, Request, Response, StatusCode};
-use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use serde_json::Value;
 
@@ -323,31 +321,6 @@ pub(crate) fn generic_server_response(
             ..Default::default()
         })),
     }
-}
-
-/// A backend's response body, streamed to the client as it arrives; a read error ends it.
-pub(crate) fn stream_body(body: Incoming) -> Body {
-    let (tx, rx) = tokio::sync::mpsc::channel::<Bytes>(16);
-    tokio::spawn(async move {
-        let mut body = body;
-        while let Some(frame) = body.frame().await {
-            match frame {
-                Ok(frame) => {
-                    if let Ok(data) = frame.into_data() {
-                        if tx.send(data).await.is_err() {
-                            // The client went away; dropping the body closes the backend connection.
-                            return;
-                        }
-                    }
-                }
-                Err(e) => {
-                    tracing::debug!(error = %e, "backend response body ended with an error");
-                    return;
-                }
-            }
-        }
-    });
-    response::streaming(rx)
 }
 
 /// A plain-text response, as Go's `http.Error` writes it.

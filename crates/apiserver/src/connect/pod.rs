@@ -279,7 +279,7 @@ pub async fn log(
             code => super::generic_server_response(code, "pods/log", name, &text),
         });
     }
-    let mut out = Response::new(super::stream_body(resp.into_body()));
+    let mut out = Response::new(httpstream::proxy::stream_body(resp.into_body()));
     out.headers_mut().insert(
         http::header::CONTENT_TYPE,
         http::HeaderValue::from_static("text/plain"),

@@ -90,7 +90,7 @@ async fn forward(backend: Backend, path: &str, req: Request<Incoming>) -> Respon
     };
     *upstream.headers_mut() = proxy::forwarded_headers(&parts.headers, false);
     match backend.send(upstream).await {
-        Ok(resp) => upgrade::relay(resp),
+        Ok(resp) => proxy::relay(resp),
         Err(e) => {
             let m = match e {
                 ProxyError::Dial(m) | ProxyError::Request(m) => m,

@@ -35,16 +35,6 @@ fn dial_error(e: ProxyError) -> Response<Body> {
     response::error_response(&super::unknown_error(message))
 }
 
-/// A backend response passed on to the client: its status, its headers (less hop-by-hop ones) and
-/// its body as it streams.
-pub(crate) fn relay(resp: Response<Incoming>) -> Response<Body> {
-    let (parts, body) = resp.into_parts();
-    let mut out = Response::new(super::stream_body(body));
-    *out.status_mut() = parts.status;
-    *out.headers_mut() = proxy::response_headers(&parts.headers);
-    out
-}
-
 fn take_upgrade(req: Request<Incoming>) -> (http::request::Parts, Option<OnUpgrade>) {
     let (mut parts, _body) = req.into_parts();
     let on_upgrade = parts.extensions.remove::<OnUpgrade>();
@@ -59,40 +49,14 @@ pub async fn pass_through(
     req: Request<Incoming>,
 ) -> Response<Body> {
     let (parts, on_upgrade) = take_upgrade(req);
-    let mut upstream = Request::new(Empty::<Bytes>::new());
-    *upstream.method_mut() = parts.method.clone();
-    *upstream.uri_mut() = match path.parse() {
-        Ok(uri) => uri,
-        Err(e) => {
-            return response::error_response(&apimachinery::status::ApiError::internal(format!(
-                "invalid backend path {path:?}: {e}"
-            )))
-        }
-    };
-    *upstream.headers_mut() = proxy::forwarded_headers(&parts.headers, true);
-    let mut resp = match backend.send(upstream).await {
+    let upstream = match proxy::upgrade_request(&parts.method, &parts.headers, &path) {
         Ok(r) => r,
-        Err(e) => return dial_error(e),
+        Err(e) => return response::error_response(&apimachinery::status::ApiError::internal(e)),
     };
-    if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
-        return relay(resp);
+    match backend.send(upstream).await {
+        Ok(resp) => proxy::finish_upgrade(resp, on_upgrade),
+        Err(e) => dial_error(e),
     }
-    let backend_upgrade = hyper::upgrade::on(&mut resp);
-    let mut out = Response::new(response::full(Bytes::new()));
-    *out.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
-    *out.headers_mut() = resp.headers().clone();
-    tokio::spawn(async move {
-        let Some(client) = on_upgrade else {
-            return;
-        };
-        match tokio::join!(client, backend_upgrade) {
-            (Ok(client), Ok(backend)) => proxy::pipe(client, backend).await,
-            (Err(e), _) | (_, Err(e)) => {
-                tracing::debug!(error = %e, "upgrade failed");
-            }
-        }
-    });
-    out
 }
 
 /// Serves a `v5.channel.k8s.io` WebSocket client by translating its channels to SPDY streams on the
@@ -243,7 +207,7 @@ pub async fn tunnel(backend: Backend, path: String, req: Request<Incoming>) -> R
         Err(e) => return dial_error(e),
     };
     if resp.status() != StatusCode::SWITCHING_PROTOCOLS {
-        return relay(resp);
+        return proxy::relay(resp);
     }
     if !switched_to_spdy(&resp) {
         return super::text_response(

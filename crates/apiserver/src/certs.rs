@@ -143,6 +143,44 @@ pub fn ensure(data_dir: &Path, hosts: &[String]) -> Result<Pki, PkiError> {
     })
 }
 
+/// A serving certificate for `names` (DNS names or IP addresses) signed by the cluster CA of
+/// `<data_dir>/pki` (made by [`ensure`]): what `rkube server` gives its local kubelet, so that the
+/// kubelet can be verified with `--kubelet-certificate-authority <data-dir>/pki/ca.crt`.
+pub fn issue_serving(
+    data_dir: &Path,
+    common_name: &str,
+    names: &[String],
+) -> Result<(String, String), PkiError> {
+    let dir = data_dir.join("pki");
+    let err = |message: String| PkiError {
+        dir: dir.clone(),
+        message,
+    };
+    let read = |name: &str| {
+        std::fs::read_to_string(dir.join(name)).map_err(|e| err(format!("cannot read {name}: {e}")))
+    };
+    let (ca_cert, ca_key) = (read("ca.crt")?, read("ca.key")?);
+    let ca_key = KeyPair::from_pem(&ca_key).map_err(|e| err(format!("ca.key: {e}")))?;
+    let issuer =
+        Issuer::from_ca_cert_pem(&ca_cert, ca_key).map_err(|e| err(format!("ca.crt: {e}")))?;
+    (|| -> Result<(String, String), rcgen::Error> {
+        let key = KeyPair::generate()?;
+        let mut params = CertificateParams::new(names.to_vec())?;
+        params
+            .distinguished_name
+            .push(DnType::CommonName, common_name);
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        params.not_after = rcgen::date_time_ymd(2036, 1, 1);
+        let cert = params.signed_by(&key, &issuer)?;
+        Ok((cert.pem(), key.serialize_pem()))
+    })()
+    .map_err(|e| {
+        err(format!(
+            "cannot issue a serving certificate for {common_name}: {e}"
+        ))
+    })
+}
+
 /// Reads `<name>.crt` and `<name>.key`, or makes and writes them.
 fn load_or_make(
     dir: &Path,
@@ -232,6 +270,9 @@ mod tests {
         assert_eq!(first.admin_cert, second.admin_cert);
         assert_eq!(first.kubelet_client_cert, second.kubelet_client_cert);
         assert!(dir.path().join("pki/apiserver-kubelet-client.key").exists());
+        let (cert, _) =
+            issue_serving(dir.path(), "node-1", &["node-1".into(), "127.0.0.1".into()]).unwrap();
+        assert!(cert.starts_with("-----BEGIN CERTIFICATE-----"));
         assert_ne!(
             first.serving_cert, second.serving_cert,
             "serving cert re-issued"

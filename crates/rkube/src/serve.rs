@@ -77,6 +77,9 @@ pub struct ServeArgs {
     /// Port of the local kubelet's HTTPS server (0 picks a free one).
     #[arg(long, default_value_t = 10250)]
     kubelet_port: u16,
+    /// Address the local kubelet's HTTPS server listens on.
+    #[arg(long, default_value = "0.0.0.0")]
+    kubelet_address: IpAddr,
     #[command(flatten)]
     kubelet: crate::kubelet::KubeletFlags,
     /// Simulated nodes to run in this process (see `rkube sim`).
@@ -183,6 +186,7 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
             &args.data_dir,
             &kubeconfig,
             args.kubelet_port,
+            args.kubelet_address,
         )
         .await?
     } else {

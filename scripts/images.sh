@@ -2,7 +2,8 @@
 # Builds OCI image archives from Debian packages, without docker or a registry: each image's root
 # filesystem is the dependency closure of a few Debian packages (fetched with apt-get download and
 # unpacked with dpkg -x, maintainer scripts not run), plus busybox's applets for whatever the packages
-# do not provide (sh, wget, sleep, ...), packed by scripts/images/oci.py.
+# do not provide (sh, wget, sleep, ...), packed by scripts/images/oci.py. The perl image carries Debian's newer
+# Math::BigInt (libmath-bigint-perl): perl 5.36's own fails `perl -Mbignum=bpi -wle "print bpi(2000)"`.
 #
 #   scripts/images.sh [OUT_DIR]      (default: target/images)
 #
@@ -125,6 +126,6 @@ busybox="$work/bb/bin/busybox"
 path='"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"'
 build pause registry.k8s.io/pause:3.10 '{"Entrypoint":["/pause"],"User":"65535:65535"}'
 build busybox docker.io/library/busybox:latest "{\"Env\":[$path],\"Cmd\":[\"sh\"]}"
-build perl docker.io/library/perl:latest "{\"Env\":[$path],\"Cmd\":[\"perl\",\"-de0\"]}" perl
+build perl docker.io/library/perl:latest "{\"Env\":[$path],\"Cmd\":[\"perl\",\"-de0\"]}" perl libmath-bigint-perl
 build python docker.io/library/python:latest "{\"Env\":[$path,\"LANG=C.UTF-8\"],\"Cmd\":[\"python3\"]}" python3
 build nginx docker.io/library/nginx:latest "{\"Env\":[$path],\"Cmd\":[\"nginx\",\"-g\",\"daemon off;\"],\"ExposedPorts\":{\"80/tcp\":{}},\"StopSignal\":\"SIGQUIT\"}" nginx

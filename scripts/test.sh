@@ -7,17 +7,28 @@ cd "$(dirname "$0")/.."
 # --- what tests need -------------------------------------------------------------------------------
 packages=()
 command -v etcd >/dev/null 2>&1 || packages+=(etcd-server etcd-client)
+# The kubelet's tests run real pods: containerd + runc, the CNI plugins, and `ip` for their network
+# namespace; scripts/images.sh needs gcc (the pause binary) and python3.
+command -v containerd >/dev/null 2>&1 || packages+=(containerd)
+command -v runc >/dev/null 2>&1 || packages+=(runc)
+[ -x /usr/lib/cni/bridge ] || packages+=(containernetworking-plugins)
+command -v ip >/dev/null 2>&1 || packages+=(iproute2)
+command -v gcc >/dev/null 2>&1 || packages+=(gcc libc6-dev)
+command -v python3 >/dev/null 2>&1 || packages+=(python3)
 if [ ${#packages[@]} -gt 0 ]; then
   echo "test.sh: installing ${packages[*]}"
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq
-  # Debian's etcd-server would start a system etcd on 2379 where an init system exists; tests never use
-  # that one (they start their own on free loopback ports), so keep the package's service from starting.
+  # Debian's etcd-server (and containerd) would start system services where an init system exists; tests
+  # never use those (they start their own), so keep the packages' services from starting.
   echo exit 101 | $SUDO tee /usr/sbin/policy-rc.d >/dev/null && $SUDO chmod +x /usr/sbin/policy-rc.d
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${packages[@]}"
   $SUDO rm -f /usr/sbin/policy-rc.d
 fi
 etcd --version | head -n 1
+containerd --version
+# Images for the kubelet's tests, from Debian's packages (cached in target/images between runs).
+scripts/images.sh target/images
 
 # --- checks and tests ------------------------------------------------------------------------------
 cargo fmt --all -- --check

@@ -56,6 +56,8 @@ pub struct KubeletConfig {
     pub max_dead_per_container: usize,
     /// PLEG relist period.
     pub pleg_period: Duration,
+    /// The sandbox image, which image GC never removes.
+    pub pod_infra_image: String,
 }
 
 impl KubeletConfig {
@@ -90,6 +92,7 @@ impl KubeletConfig {
             gc_period: Duration::from_secs(60),
             max_dead_per_container: 1,
             pleg_period: Duration::from_secs(1),
+            pod_infra_image: crate::containerd::DEFAULT_SANDBOX_IMAGE.into(),
         }
     }
 

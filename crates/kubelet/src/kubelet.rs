@@ -49,8 +49,13 @@ pub struct Kubelet {
     pub(crate) wakers: Arc<Mutex<HashMap<String, Arc<Notify>>>>,
     pub(crate) backoff: Mutex<HashMap<String, Backoff>>,
     pub(crate) node_allocatable: BTreeMap<String, String>,
+    /// Image ID -> when image GC first saw it unused (upstream's `imageMinimumGCAge`).
+    unused_since: Mutex<HashMap<String, Instant>>,
     pod_config: PodConfig,
 }
+
+/// Upstream's `imageMinimumGCAge`: an image unused for less than this is never collected.
+const IMAGE_MINIMUM_GC_AGE: Duration = Duration::from_secs(120);
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
@@ -101,6 +106,7 @@ impl Kubelet {
             wakers,
             backoff: Mutex::default(),
             node_allocatable,
+            unused_since: Mutex::default(),
             pod_config,
         })
     }
@@ -290,8 +296,34 @@ impl Kubelet {
     }
 
     /// Unused image garbage collection (upstream `ImageGCManager`): when the image filesystem is above
-    /// 85 % full, images no container uses are removed, least recently listed first, until below 80 %.
+    /// 85 % full, images no container uses (and unused for at least 2 minutes; never the sandbox
+    /// image) are removed until below 80 %.
     async fn image_gc(&self) {
+        let Ok(containers) = self.runtime.list_containers(None).await else {
+            return;
+        };
+        let used: std::collections::HashSet<String> =
+            containers.iter().map(|c| c.image_ref.clone()).collect();
+        let Ok(images) = self
+            .runtime
+            .images
+            .clone()
+            .list_images(api::ListImagesRequest { filter: None })
+            .await
+        else {
+            return;
+        };
+        let images = images.into_inner().images;
+        let now = Instant::now();
+        {
+            let mut unused = lock(&self.unused_since);
+            unused.retain(|id, _| !used.contains(id) && images.iter().any(|i| &i.id == id));
+            for img in &images {
+                if !used.contains(&img.id) {
+                    unused.entry(img.id.clone()).or_insert(now);
+                }
+            }
+        }
         let Ok(fs) = self
             .runtime
             .images
@@ -314,25 +346,18 @@ impl Kubelet {
             return;
         }
         let mut freed_target = (total - avail).saturating_sub(total * 80 / 100);
-        let Ok(containers) = self.runtime.list_containers(None).await else {
-            return;
-        };
-        let used: std::collections::HashSet<String> =
-            containers.iter().map(|c| c.image_ref.clone()).collect();
-        let Ok(images) = self
-            .runtime
-            .images
-            .clone()
-            .list_images(api::ListImagesRequest { filter: None })
-            .await
-        else {
-            return;
-        };
-        for img in images.into_inner().images {
+        for img in images {
             if freed_target == 0 {
                 break;
             }
-            if used.contains(&img.id) || img.pinned {
+            let old_enough = lock(&self.unused_since)
+                .get(&img.id)
+                .is_some_and(|t| t.elapsed() >= IMAGE_MINIMUM_GC_AGE);
+            let sandbox = img
+                .repo_tags
+                .iter()
+                .any(|t| t == &self.config.pod_infra_image);
+            if used.contains(&img.id) || img.pinned || sandbox || !old_enough {
                 continue;
             }
             tracing::info!(image = %img.id, "image GC: removing an unused image");

@@ -537,8 +537,7 @@ impl Kubelet {
         let mut record = kr::pod_record(&self.runtime, &uid)
             .await
             .map_err(|e| e.to_string())?;
-        let mut fresh = self.status_inputs(&record);
-        fresh.waiting = inputs.waiting;
+        // Probe workers first: a new container's readiness starts out false, not unknown.
         for c in &spec.containers {
             if let Some(r) = record.latest(&c.name) {
                 if r.state == RecordState::Running {
@@ -562,6 +561,8 @@ impl Kubelet {
                 }
             }
         }
+        let mut fresh = self.status_inputs(&record);
+        fresh.waiting = inputs.waiting;
         let status = self.write_status(pod, &record, &fresh).await;
         // A pod that just ended gives back its sandbox (and IP); its containers stay for logs.
         if matches!(status["phase"].as_str(), Some("Succeeded" | "Failed")) && record.sandbox_ready

@@ -55,7 +55,16 @@ impl Cluster {
     }
 
     fn start_components(backend: Backend, extra_args: &[&str]) -> Cluster {
-        let dir = tempfile::tempdir().expect("tempdir");
+        // Tests get a real node (kubelet + containerd) only when they ask for one (see `kubelet.rs`).
+        let mut args: Vec<&str> = extra_args.to_vec();
+        if !args.contains(&"--pod-network-namespace") {
+            args.push("--disable-kubelet");
+        }
+        Cluster::start_in(tempfile::tempdir().expect("tempdir"), backend, &args)
+    }
+
+    /// Starts `rkube server` with `extra_args` on an existing data dir (files placed there first).
+    pub fn start_in(dir: tempfile::TempDir, backend: Backend, extra_args: &[&str]) -> Cluster {
         let etcd = match backend {
             Backend::Sqlite => None,
             Backend::Etcd => Some(EtcdProcess::start().unwrap_or_else(|e| panic!("{e}"))),
@@ -128,6 +137,14 @@ impl Cluster {
             }
         }
         self.child = Some(child);
+    }
+
+    /// Stops the server (SIGKILL).
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 
     /// Stops the server (SIGKILL when `kill`, else SIGTERM-like kill) and starts it again on the same data.

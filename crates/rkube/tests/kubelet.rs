@@ -1,0 +1,588 @@
+//! The kubelet on a real node: `rkube server` with its local node (containerd started as a child, in a
+//! network namespace the test creates, pods in a cgroup tree of their own), images built by
+//! `scripts/images.sh` (found in `target/images`, or `$RKUBE_IMAGES_DIR`). Needs root, containerd, runc
+//! and the CNI plugins (scripts/test.sh installs them). The tests run one at a time: each node is a
+//! containerd and a dozen processes on a 2-core machine.
+//!
+//! Container logs are read from the CRI log files (the streaming endpoints behind `kubectl logs` are
+//! another branch's).
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use support::{Backend, Cluster};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+static COUNTER: AtomicUsize = AtomicUsize::new(0);
+const NODE: &str = "rkube-node";
+
+fn images_dir() -> PathBuf {
+    std::env::var_os("RKUBE_IMAGES_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/images"))
+}
+
+/// A cluster whose one node is real.
+struct RealNode {
+    cluster: Cluster,
+    netns: String,
+    cgroup_root: String,
+    data: PathBuf,
+    cleaned: bool,
+    rt: tokio::runtime::Runtime,
+    _serial: std::sync::MutexGuard<'static, ()>,
+}
+
+fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+impl RealNode {
+    fn start(images: &[&str]) -> RealNode {
+        let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        assert!(
+            kubelet::containerd::find_binary("containerd").is_some(),
+            "containerd is not installed (scripts/test.sh installs it)"
+        );
+        let dir = tempfile::tempdir().expect("tempdir");
+        let data = dir.path().to_path_buf();
+        std::fs::create_dir_all(data.join("images")).unwrap();
+        std::fs::create_dir_all(data.join("manifests")).unwrap();
+        for image in ["pause"].iter().chain(images) {
+            let src = images_dir().join(format!("{image}.tar"));
+            assert!(
+                src.exists(),
+                "{} is missing: run scripts/images.sh",
+                src.display()
+            );
+            let dst = data.join("images").join(format!("{image}.tar"));
+            if std::fs::hard_link(&src, &dst).is_err() {
+                std::fs::copy(&src, &dst).expect("copy image archive");
+            }
+        }
+        let id = format!(
+            "{}-{}",
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::Relaxed)
+        );
+        let netns = format!("rkt-{id}");
+        let cgroup_root = format!("/rkube-test-{id}");
+        let manifests = data.join("manifests").display().to_string();
+        let args = [
+            "--pod-network-namespace",
+            &netns,
+            "--node-ip",
+            "127.0.0.1",
+            "--node-name",
+            NODE,
+            "--cgroup-root",
+            &cgroup_root,
+            "--pod-manifest-path",
+            &manifests,
+            "--file-check-frequency",
+            "2s",
+            "--kubelet-port",
+            "0",
+        ];
+        let cluster = Cluster::start_in(dir, Backend::Sqlite, &args);
+        let node = RealNode {
+            cluster,
+            netns,
+            cgroup_root,
+            data,
+            cleaned: false,
+            rt: support::runtime(),
+            _serial: serial,
+        };
+        wait_for("the node to be Ready", Duration::from_secs(120), || {
+            let out = node.cluster.kubectl_output(
+                &[
+                    "get",
+                    "node",
+                    NODE,
+                    "-o",
+                    "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+                ],
+                None,
+            );
+            (String::from_utf8_lossy(&out.stdout) == "True").then_some(())
+        });
+        node
+    }
+
+    fn kubectl(&self, args: &[&str]) -> String {
+        self.cluster.kubectl(args)
+    }
+
+    fn apply(&self, yaml: &str) {
+        self.cluster.kubectl_in(&["apply", "-f", "-"], Some(yaml));
+    }
+
+    fn pod(&self, name: &str) -> Option<Value> {
+        let out = self
+            .cluster
+            .kubectl_output(&["get", "pod", name, "-o", "json"], None);
+        out.status
+            .success()
+            .then(|| serde_json::from_slice(&out.stdout).ok())
+            .flatten()
+    }
+
+    fn wait_pod(
+        &self,
+        name: &str,
+        what: &str,
+        timeout: Duration,
+        mut f: impl FnMut(&Value) -> bool,
+    ) -> Value {
+        wait_for(&format!("pod {name}: {what}"), timeout, || {
+            self.pod(name).filter(|p| f(p))
+        })
+    }
+
+    /// The content of a container attempt's CRI log file.
+    fn log(&self, pod: &Value, container: &str, attempt: u32) -> String {
+        let dir = self.data.join("kubelet/pod-logs").join(format!(
+            "default_{}_{}",
+            pod["metadata"]["name"].as_str().unwrap_or(""),
+            pod["metadata"]["uid"].as_str().unwrap_or("")
+        ));
+        let file = dir.join(container).join(format!("{attempt}.log"));
+        let raw = std::fs::read(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        String::from_utf8(kubelet::cri::logs::content(&raw).expect("CRI log format"))
+            .expect("utf-8")
+    }
+
+    fn events(&self) -> String {
+        self.kubectl(&[
+            "get",
+            "events",
+            "-o",
+            "custom-columns=REASON:.reason,MESSAGE:.message",
+        ])
+    }
+
+    fn runtime(&self) -> kubelet::cri::Runtime {
+        let endpoint = format!(
+            "unix://{}",
+            self.data.join("containerd/containerd.sock").display()
+        );
+        self.rt
+            .block_on(kubelet::cri::Runtime::connect(&endpoint))
+            .expect("CRI")
+    }
+
+    /// Everything the node left on the machine goes: pods (through the kubelet while it runs), then
+    /// whatever remains in its cgroups, shims, mounts, and its network namespace.
+    fn cleanup(&mut self) {
+        if std::mem::replace(&mut self.cleaned, true) {
+            return;
+        }
+        let _ = self.cluster.kubectl_output(
+            &[
+                "delete",
+                "pods",
+                "--all",
+                "-A",
+                "--force",
+                "--grace-period=0",
+                "--wait=false",
+            ],
+            None,
+        );
+        if let Ok(entries) = std::fs::read_dir(self.data.join("manifests")) {
+            for e in entries.flatten() {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+        let sock = self.data.join("containerd/containerd.sock");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < deadline {
+            let out = std::process::Command::new("ctr")
+                .arg("--address")
+                .arg(&sock)
+                .args(["-n", "k8s.io", "containers", "ls", "-q"])
+                .output();
+            match out {
+                Ok(o) if o.status.success() && o.stdout.iter().all(|b| b.is_ascii_whitespace()) => {
+                    break
+                }
+                Ok(o) if !o.status.success() => break,
+                _ => std::thread::sleep(Duration::from_millis(300)),
+            }
+        }
+        self.cluster.stop();
+        sweep(&self.data, &self.cgroup_root, &self.netns);
+    }
+}
+
+impl Drop for RealNode {
+    fn drop(&mut self) {
+        self.cleanup();
+    }
+}
+
+/// Kills what a node left: processes in its cgroups and its containerd shims, then unmounts what is
+/// mounted under its data dir and deletes its network namespace.
+fn sweep(data: &Path, cgroup_root: &str, netns: &str) {
+    let data_s = data.display().to_string();
+    if let Ok(procs) = std::fs::read_dir("/proc") {
+        for p in procs.flatten() {
+            let Ok(pid) = p.file_name().to_string_lossy().parse::<i32>() else {
+                continue;
+            };
+            let cmdline = std::fs::read(p.path().join("cmdline")).unwrap_or_default();
+            let cmdline = String::from_utf8_lossy(&cmdline);
+            if cmdline.contains("containerd-shim") && cmdline.contains(&data_s) {
+                unsafe { libc_kill(pid) };
+            }
+        }
+    }
+    let mut cgroups = Vec::new();
+    if let Ok(hierarchies) = std::fs::read_dir("/sys/fs/cgroup") {
+        for h in hierarchies.flatten() {
+            collect_dirs(
+                &h.path().join(cgroup_root.trim_start_matches('/')),
+                &mut cgroups,
+            );
+        }
+    }
+    for dir in &cgroups {
+        for pid in std::fs::read_to_string(dir.join("cgroup.procs"))
+            .unwrap_or_default()
+            .lines()
+        {
+            if let Ok(pid) = pid.trim().parse::<i32>() {
+                unsafe { libc_kill(pid) };
+            }
+        }
+    }
+    cgroups.sort_by_key(|d| std::cmp::Reverse(d.components().count()));
+    for _ in 0..20 {
+        cgroups.retain(|d| std::fs::remove_dir(d).is_err() && d.exists());
+        if cgroups.is_empty() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mountinfo = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    let mut mounts: Vec<&str> = mountinfo
+        .lines()
+        .filter_map(|l| l.split(' ').nth(4))
+        .filter(|m| m.starts_with(&data_s))
+        .collect();
+    mounts.sort_by_key(|m| std::cmp::Reverse(m.len()));
+    for m in mounts {
+        let _ = std::process::Command::new("umount")
+            .args(["-l", m])
+            .output();
+    }
+    let _ = std::process::Command::new("ip")
+        .args(["netns", "del", netns])
+        .output();
+}
+
+fn collect_dirs(dir: &Path, out: &mut Vec<PathBuf>) {
+    if !dir.is_dir() {
+        return;
+    }
+    out.push(dir.to_path_buf());
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            if e.path().is_dir() {
+                collect_dirs(&e.path(), out);
+            }
+        }
+    }
+}
+
+unsafe fn libc_kill(pid: i32) {
+    extern "C" {
+        fn kill(pid: i32, sig: i32) -> i32;
+    }
+    kill(pid, 9);
+}
+
+fn container_status<'a>(pod: &'a Value, name: &str) -> &'a Value {
+    pod["status"]["containerStatuses"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["name"] == name))
+        .unwrap_or(&Value::Null)
+}
+
+fn condition(pod: &Value, type_: &str) -> String {
+    pod["status"]["conditions"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["type"] == type_))
+        .and_then(|c| c["status"].as_str())
+        .unwrap_or("")
+        .to_string()
+}
+
+/// Seed 003's `pi` Job, unmodified: 5 completions, 2 at a time, each printing pi to 2,000 digits.
+#[test]
+fn seed_pi_job_completes_and_prints_pi() {
+    let node = RealNode::start(&["perl"]);
+    node.apply(
+        "apiVersion: batch/v1\nkind: Job\nmetadata:\n  name: pi\nspec:\n  parallelism: 2\n  completions: 5\n  template:\n    spec:\n      containers:\n      - name: pi\n        image: perl\n        command: [\"perl\", \"-Mbignum=bpi\", \"-wle\", \"print bpi(2000)\"]\n      restartPolicy: OnFailure\n",
+    );
+    wait_for("job pi to complete 5/5", Duration::from_secs(600), || {
+        let out = node.kubectl(&["get", "job", "pi", "-o", "json"]);
+        let job: Value = serde_json::from_str(&out).ok()?;
+        let complete = job["status"]["conditions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|c| c["type"] == "Complete" && c["status"] == "True");
+        assert_ne!(
+            job["status"]["failed"].as_i64().unwrap_or(0),
+            6,
+            "the Job failed: {out}"
+        );
+        (complete && job["status"]["succeeded"] == 5).then_some(())
+    });
+    let pods: Value =
+        serde_json::from_str(&node.kubectl(&["get", "pods", "-l", "job-name=pi", "-o", "json"]))
+            .unwrap();
+    let pods = pods["items"].as_array().unwrap();
+    let succeeded: Vec<&Value> = pods
+        .iter()
+        .filter(|p| p["status"]["phase"] == "Succeeded")
+        .collect();
+    assert_eq!(succeeded.len(), 5, "five pods succeeded");
+    for p in &succeeded {
+        let c = container_status(p, "pi");
+        assert_eq!(c["state"]["terminated"]["reason"], "Completed");
+        assert_eq!(c["state"]["terminated"]["exitCode"], 0);
+    }
+    let pi = node.log(succeeded[0], "pi", 0);
+    let pi = pi.trim();
+    assert_eq!(pi.len(), 2001, "2,000 digits: {pi}");
+    assert!(pi.starts_with("3.14159265358979323846264338327950288419716939937510582097494459230781640628620899862803482534211706798214808651"), "{pi}");
+    assert!(pi.ends_with("6326459958133904780275901"), "{pi}");
+}
+
+/// A static pod file starts a pod with a mirror pod; removing the file stops it.
+#[test]
+fn static_pod_has_a_mirror_pod_and_stops_with_its_file() {
+    let node = RealNode::start(&["busybox"]);
+    let manifest = node.data.join("manifests/web.yaml");
+    std::fs::write(
+        &manifest,
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: web\n  labels: {app: static}\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: busybox\n    imagePullPolicy: Never\n    command: [sleep, \"3600\"]\n",
+    )
+    .unwrap();
+    let mirror_name = format!("web-{NODE}");
+    let mirror = node.wait_pod(&mirror_name, "Running", Duration::from_secs(120), |p| {
+        p["status"]["phase"] == "Running" && condition(p, "Ready") == "True"
+    });
+    let ann = &mirror["metadata"]["annotations"];
+    assert!(ann["kubernetes.io/config.mirror"].is_string(), "{mirror}");
+    assert_eq!(ann["kubernetes.io/config.source"], "file");
+    assert_eq!(mirror["metadata"]["ownerReferences"][0]["kind"], "Node");
+    assert_eq!(mirror["metadata"]["labels"]["app"], "static");
+    let runtime = node.runtime();
+    let found = node
+        .rt
+        .block_on(runtime.find_container("default", &mirror_name, "c"))
+        .unwrap();
+    assert!(found.is_some(), "the static pod's container runs");
+
+    std::fs::remove_file(&manifest).unwrap();
+    wait_for("the mirror pod to go", Duration::from_secs(120), || {
+        node.pod(&mirror_name).is_none().then_some(())
+    });
+    wait_for(
+        "the static pod's containers to go",
+        Duration::from_secs(60),
+        || {
+            let left = node
+                .rt
+                .block_on(runtime.pod_containers("default", &mirror_name, None))
+                .unwrap();
+            left.is_empty().then_some(())
+        },
+    );
+}
+
+/// A failing liveness probe restarts the container, with CrashLoopBackOff between restarts.
+#[test]
+fn failing_liveness_probe_restarts_with_backoff() {
+    let node = RealNode::start(&["busybox"]);
+    node.apply(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: live\nspec:\n  terminationGracePeriodSeconds: 1\n  containers:\n  - name: c\n    image: busybox\n    command: [sleep, \"3600\"]\n    livenessProbe:\n      exec: {command: [\"false\"]}\n      periodSeconds: 1\n      failureThreshold: 1\n",
+    );
+    let mut saw_backoff = false;
+    let pod = node.wait_pod("live", "two restarts", Duration::from_secs(180), |p| {
+        let c = container_status(p, "c");
+        if c["state"]["waiting"]["reason"] == "CrashLoopBackOff" {
+            assert!(c["state"]["waiting"]["message"]
+                .as_str()
+                .unwrap_or("")
+                .starts_with("back-off 10s restarting failed container=c pod=live_default("));
+        }
+        c["restartCount"].as_i64().unwrap_or(0) >= 2
+    });
+    let c = container_status(&pod, "c");
+    assert_eq!(c["lastState"]["terminated"]["exitCode"], 137, "{pod}");
+    // Between the second and third start the container waits in CrashLoopBackOff.
+    node.wait_pod("live", "CrashLoopBackOff", Duration::from_secs(120), |p| {
+        saw_backoff |= container_status(p, "c")["state"]["waiting"]["reason"] == "CrashLoopBackOff";
+        saw_backoff
+    });
+    let events = node.events();
+    assert!(
+        events.contains("Container c failed liveness probe, will be restarted"),
+        "{events}"
+    );
+    assert!(events.contains("Liveness probe failed"), "{events}");
+}
+
+/// A container over its memory limit ends OOMKilled.
+#[test]
+fn container_over_its_memory_limit_is_oom_killed() {
+    let node = RealNode::start(&["busybox"]);
+    node.apply(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: hog\nspec:\n  restartPolicy: Never\n  containers:\n  - name: c\n    image: busybox\n    command: [sh, -c, \"tail /dev/zero\"]\n    resources:\n      limits: {memory: 32Mi}\n",
+    );
+    let pod = node.wait_pod("hog", "Failed", Duration::from_secs(120), |p| {
+        p["status"]["phase"] == "Failed"
+    });
+    let t = &container_status(&pod, "c")["state"]["terminated"];
+    assert_eq!(t["reason"], "OOMKilled", "{pod}");
+    assert_eq!(t["exitCode"], 137);
+}
+
+/// Deleting a pod sends SIGTERM, which the container traps; the pod then goes.
+#[test]
+fn deletion_sends_sigterm_the_container_traps() {
+    let node = RealNode::start(&["busybox"]);
+    let out = node.data.join("sigterm-out");
+    std::fs::create_dir_all(&out).unwrap();
+    node.apply(&format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: trap\nspec:\n  containers:\n  - name: c\n    image: busybox\n    command: [sh, -c, \"trap 'echo TERM-received > /out/signal; exit 0' TERM; echo started > /out/started; while true; do sleep 0.2; done\"]\n    volumeMounts: [{{name: out, mountPath: /out}}]\n  volumes:\n  - name: out\n    hostPath: {{path: {}, type: Directory}}\n",
+        out.display()
+    ));
+    node.wait_pod("trap", "Running", Duration::from_secs(120), |p| {
+        p["status"]["phase"] == "Running"
+    });
+    wait_for("the trap to be set", Duration::from_secs(60), || {
+        out.join("started").exists().then_some(())
+    });
+    node.kubectl(&["delete", "pod", "trap", "--wait=false"]);
+    wait_for("the pod to go", Duration::from_secs(60), || {
+        node.pod("trap").is_none().then_some(())
+    });
+    assert_eq!(
+        std::fs::read_to_string(out.join("signal")).unwrap_or_default(),
+        "TERM-received\n"
+    );
+}
+
+/// A readiness probe (httpGet, through the pod network) drives the Ready condition.
+#[test]
+fn readiness_probe_drives_ready() {
+    let node = RealNode::start(&["busybox"]);
+    node.apply(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: ready\nspec:\n  containers:\n  - name: c\n    image: busybox\n    command: [sh, -c, \"mkdir -p /www; while [ ! -e /tmp/go ]; do sleep 0.2; done; echo ok > /www/index.html; exec httpd -f -p 8080 -h /www\"]\n    readinessProbe:\n      httpGet: {path: /index.html, port: 8080}\n      periodSeconds: 1\n",
+    );
+    let pod = node.wait_pod("ready", "Running", Duration::from_secs(120), |p| {
+        p["status"]["phase"] == "Running"
+    });
+    assert_eq!(
+        condition(&pod, "Ready"),
+        "False",
+        "not ready before the server listens: {pod}"
+    );
+    assert_eq!(container_status(&pod, "c")["ready"], false);
+    // Let the server start: a file through the runtime (exec is the streaming branch's).
+    let runtime = node.runtime();
+    let c = node
+        .rt
+        .block_on(runtime.find_container("default", "ready", "c"))
+        .unwrap()
+        .expect("container");
+    node.rt
+        .block_on(kubelet::kuberuntime::exec_sync(
+            &runtime,
+            &c.id,
+            vec!["touch".into(), "/tmp/go".into()],
+            Duration::from_secs(10),
+        ))
+        .expect("exec");
+    let pod = node.wait_pod("ready", "Ready", Duration::from_secs(60), |p| {
+        condition(p, "Ready") == "True"
+    });
+    assert_eq!(container_status(&pod, "c")["ready"], true);
+    assert_eq!(condition(&pod, "ContainersReady"), "True");
+}
+
+/// A restarted kubelet (and containerd) adopts the running pods: nothing restarts.
+#[test]
+fn kubelet_restart_restarts_nothing() {
+    let mut node = RealNode::start(&["busybox"]);
+    node.apply(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: steady\nspec:\n  containers:\n  - name: c\n    image: busybox\n    command: [sleep, \"3600\"]\n    readinessProbe:\n      exec: {command: [\"true\"]}\n      periodSeconds: 2\n",
+    );
+    let before = node.wait_pod("steady", "Ready", Duration::from_secs(120), |p| {
+        condition(p, "Ready") == "True"
+    });
+    node.cluster.restart();
+    wait_for(
+        "the node to be Ready again",
+        Duration::from_secs(120),
+        || {
+            let out = node.cluster.kubectl_output(
+                &[
+                    "get",
+                    "node",
+                    NODE,
+                    "-o",
+                    "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+                ],
+                None,
+            );
+            (String::from_utf8_lossy(&out.stdout) == "True").then_some(())
+        },
+    );
+    // A new pod running proves the restarted kubelet has synced its pods.
+    node.apply(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: after\nspec:\n  containers:\n  - name: c\n    image: busybox\n    command: [sleep, \"3600\"]\n",
+    );
+    node.wait_pod("after", "Running", Duration::from_secs(120), |p| {
+        p["status"]["phase"] == "Running"
+    });
+    let after = node.wait_pod("steady", "Ready", Duration::from_secs(60), |p| {
+        condition(p, "Ready") == "True"
+    });
+    let (b, a) = (
+        container_status(&before, "c"),
+        container_status(&after, "c"),
+    );
+    assert_eq!(a["containerID"], b["containerID"], "same container");
+    assert_eq!(a["restartCount"], 0);
+    assert_eq!(
+        a["state"]["running"]["startedAt"],
+        b["state"]["running"]["startedAt"]
+    );
+    assert_eq!(
+        after["status"]["podIP"], before["status"]["podIP"],
+        "same sandbox"
+    );
+    node.cleanup();
+}

@@ -137,6 +137,7 @@ impl KubeletClient {
             } else {
                 self.verified.clone()
             }),
+            netns: None,
         }
     }
 }

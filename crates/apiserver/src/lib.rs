@@ -58,6 +58,9 @@ pub struct Config {
     pub bookmark_interval: Duration,
     /// How to reach kubelets (`--kubelet-*`).
     pub kubelet: kubelet_client::KubeletClientOptions,
+    /// The network namespace pods live in when it is not this process's (`rkube server
+    /// --pod-network-namespace`): pod and service proxies dial pod IPs from inside it.
+    pub pod_network_namespace: Option<PathBuf>,
 }
 
 impl Config {
@@ -72,6 +75,7 @@ impl Config {
             compaction_interval: storage::compaction::DEFAULT_INTERVAL,
             bookmark_interval: Duration::from_secs(60),
             kubelet: Default::default(),
+            pod_network_namespace: None,
         }
     }
 }
@@ -91,6 +95,8 @@ pub struct ApiServer {
     pub extra_metrics: Option<metrics::ExtraMetrics>,
     /// Logs, exec, attach, port-forward and node proxying go through this to kubelets.
     pub kubelet: kubelet_client::KubeletClient,
+    /// See [`Config::pod_network_namespace`].
+    pub pod_network_namespace: Option<PathBuf>,
 }
 
 /// Opens the store, loads the caches, creates the bootstrap objects, writes the certificates and
@@ -163,6 +169,7 @@ pub async fn start_with_metrics(
         metrics: Arc::default(),
         extra_metrics,
         kubelet,
+        pod_network_namespace: config.pod_network_namespace.clone(),
     });
     let current = store.current_revision().await.map_err(|e| e.to_string())?;
     tokio::spawn(caches.clone().run(store.clone()));

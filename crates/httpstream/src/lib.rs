@@ -9,6 +9,7 @@
 //! - [`proxy`]: dialing a backend over TLS and passing requests, responses and upgraded connections
 //!   through unchanged.
 
+pub mod netns;
 pub mod proxy;
 pub mod remotecommand;
 pub mod spdy;

@@ -60,6 +60,8 @@ pub struct Backend {
     pub port: u16,
     /// TLS settings for `https`.
     pub tls: Option<Arc<rustls::ClientConfig>>,
+    /// Dial from inside this network namespace (`/run/netns/NAME`) instead of the process's own.
+    pub netns: Option<std::path::PathBuf>,
 }
 
 impl std::fmt::Debug for Backend {
@@ -91,9 +93,16 @@ impl Backend {
     /// Opens a connection: TCP, then TLS for `https`.
     pub async fn connect(&self) -> Result<Box<dyn Io>, ProxyError> {
         let dial = async {
-            let tcp = TcpStream::connect((self.host.as_str(), self.port))
-                .await
-                .map_err(|e| format!("dial tcp {}: {e}", self.authority()))?;
+            let tcp = match &self.netns {
+                None => TcpStream::connect((self.host.as_str(), self.port)).await,
+                Some(ns) => match self.host.parse::<std::net::IpAddr>() {
+                    Ok(ip) => crate::netns::connect(ns, (ip, self.port).into(), DIAL_TIMEOUT).await,
+                    Err(_) => Err(std::io::Error::other(
+                        "only IP addresses are dialed in a network namespace",
+                    )),
+                },
+            }
+            .map_err(|e| format!("dial tcp {}: {e}", self.authority()))?;
             let _ = tcp.set_nodelay(true);
             match self.scheme {
                 Scheme::Http => Ok::<Box<dyn Io>, String>(Box::new(tcp)),
@@ -434,6 +443,7 @@ mod tests {
             host: host.into(),
             port: 10250,
             tls: None,
+            netns: None,
         };
         assert_eq!(b("10.0.0.1").authority(), "10.0.0.1:10250");
         assert_eq!(b("fd00::1").authority(), "[fd00::1]:10250");

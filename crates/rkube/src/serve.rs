@@ -135,6 +135,13 @@ impl ServeArgs {
             certificate_authority: self.kubelet_certificate_authority.clone(),
             preferred_address_types: self.kubelet_preferred_address_types.clone(),
         };
+        // Pods kept in a network namespace of their own are proxied to from inside it.
+        config.pod_network_namespace = self
+            .kubelet
+            .pod_network_namespace
+            .as_ref()
+            .filter(|_| !self.disable_kubelet)
+            .map(|name| PathBuf::from("/run/netns").join(name));
         Ok(config)
     }
 }

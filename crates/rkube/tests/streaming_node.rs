@@ -1,7 +1,8 @@
 //! Logs, exec (with a terminal too), attach, cp, port-forward and node proxying against a real node:
 //! kubectl -> API server -> the kubelet's HTTPS server -> containerd's streaming server, over
 //! kubectl's default WebSockets and over its SPDY fallback. Seed 003's StatefulSet at two replicas
-//! serves its neighbour's nginx page through `kubectl exec ... wget`. Needs what `kubelet.rs` needs
+//! serves its neighbour's nginx page through `kubectl exec ... wget`, and through the pod and service
+//! proxies. Needs what `kubelet.rs` needs
 //! (root, containerd, runc, CNI plugins, `scripts/images.sh`).
 
 #[path = "support/real_node.rs"]
@@ -518,6 +519,28 @@ spec:
             .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
     });
     assert!(page.contains("Welcome to nginx!"), "{page}");
+
+    // The pod and service proxies reach nginx (from inside the pods' network namespace).
+    let proxied = node.kubectl(&[
+        "get",
+        "--raw",
+        "/api/v1/namespaces/default/pods/nginx-sts-0/proxy/",
+    ]);
+    assert!(proxied.contains("Welcome to nginx!"), "{proxied}");
+    let proxied = wait_for("the service proxy", Duration::from_secs(60), || {
+        let out = node.cluster.kubectl_output(
+            &[
+                "get",
+                "--raw",
+                "/api/v1/namespaces/default/services/nginx-sts:80/proxy/",
+            ],
+            None,
+        );
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    });
+    assert!(proxied.contains("Welcome to nginx!"), "{proxied}");
 
     for ws in ["true", "false"] {
         let response = port_forward_get(&node, "nginx-sts-0", ws);

@@ -152,6 +152,7 @@ pub async fn pod(
             Scheme::Https => Some(insecure_tls()?),
             Scheme::Http => None,
         },
+        netns: api.pod_network_namespace.clone(),
     };
     Ok(forward(backend, path, req).await)
 }
@@ -181,6 +182,7 @@ pub async fn node(
                 Scheme::Https => Some(insecure_tls()?),
                 Scheme::Http => None,
             },
+            netns: None,
         }
     };
     Ok(forward(backend, path, req).await)
@@ -268,6 +270,7 @@ pub async fn service(
             Scheme::Https => Some(insecure_tls()?),
             Scheme::Http => None,
         },
+        netns: api.pod_network_namespace.clone(),
     };
     Ok(forward(backend, path, req).await)
 }

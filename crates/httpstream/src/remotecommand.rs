@@ -384,11 +384,16 @@ where
         if !(a && b) {
             return None;
         }
-        Some(error.read_all().await)
+        let message = error.read_all().await;
+        Some((message, error.aborted()))
     };
     tokio::select! {
         message = outputs => match message {
-            Some(message) => decode_error_stream(protocol, &message),
+            // The backend went away without reporting how the command ended.
+            Some((_, true)) => Outcome::Error(
+                "error reading from error stream: the connection to the backend was lost".into(),
+            ),
+            Some((message, false)) => decode_error_stream(protocol, &message),
             None => Outcome::Error("the client went away".into()),
         },
         _ = inbound => Outcome::Error("unreachable".into()),

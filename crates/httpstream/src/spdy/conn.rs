@@ -12,6 +12,7 @@
 use std::collections::HashMap;
 use std::io;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -68,12 +69,17 @@ enum Out {
 struct State {
     next_id: u32,
     last_received: u32,
-    /// Data senders of streams whose peer side is still open.
-    streams: HashMap<u32, mpsc::Sender<Bytes>>,
+    /// Streams whose peer side is still open: their data sender and "ended without FIN" flag.
+    streams: HashMap<u32, Inbound>,
     /// Streams we opened that wait for SYN_REPLY.
     pending: HashMap<u32, oneshot::Sender<Result<(), Error>>>,
     closed: bool,
     gone_away: bool,
+}
+
+struct Inbound {
+    data: mpsc::Sender<Bytes>,
+    aborted: Arc<AtomicBool>,
 }
 
 struct Shared {
@@ -99,7 +105,9 @@ impl Shared {
     fn close_all(&self) {
         let mut st = self.state();
         st.closed = true;
-        st.streams.clear();
+        for (_, inbound) in st.streams.drain() {
+            inbound.aborted.store(true, Ordering::SeqCst);
+        }
         for (_, waiter) in st.pending.drain() {
             let _ = waiter.send(Err(Error::Closed));
         }
@@ -140,13 +148,28 @@ impl Stream {
     }
 }
 
-/// What the peer sends on a stream; EOF once the peer half-closes it (or the connection ends).
+/// What the peer sends on a stream; EOF once the peer half-closes it (or the connection ends, which
+/// [`StreamReader::aborted`] tells apart).
 pub struct StreamReader {
     rx: mpsc::Receiver<Bytes>,
     buf: Bytes,
+    aborted: Arc<AtomicBool>,
 }
 
 impl StreamReader {
+    fn new(rx: mpsc::Receiver<Bytes>, aborted: Arc<AtomicBool>) -> StreamReader {
+        StreamReader {
+            rx,
+            buf: Bytes::new(),
+            aborted,
+        }
+    }
+
+    /// Whether the stream ended because the connection did, not with the peer's FIN (or reset).
+    pub fn aborted(&self) -> bool {
+        self.aborted.load(Ordering::SeqCst)
+    }
+
     /// The next chunk of data, or `None` at EOF.
     pub async fn next(&mut self) -> Option<Bytes> {
         if !self.buf.is_empty() {
@@ -373,6 +396,7 @@ impl Connection {
     pub async fn open(&self, headers: Headers) -> Result<Stream, Error> {
         let (reply_tx, reply_rx) = oneshot::channel();
         let (data_tx, data_rx) = mpsc::channel(STREAM_BUFFER);
+        let aborted = Arc::new(AtomicBool::new(false));
         let id = {
             let mut st = self.shared.state();
             if st.closed {
@@ -386,7 +410,13 @@ impl Connection {
                 return Err(Error::Closed);
             }
             st.next_id += 2;
-            st.streams.insert(id, data_tx);
+            st.streams.insert(
+                id,
+                Inbound {
+                    data: data_tx,
+                    aborted: aborted.clone(),
+                },
+            );
             st.pending.insert(id, reply_tx);
             id
         };
@@ -411,10 +441,7 @@ impl Connection {
         Ok(Stream {
             id,
             headers,
-            reader: StreamReader {
-                rx: data_rx,
-                buf: Bytes::new(),
-            },
+            reader: StreamReader::new(data_rx, aborted),
             writer: self.writer(id),
         })
     }
@@ -539,16 +566,20 @@ async fn read_loop<R: AsyncRead + Unpin>(
                     continue;
                 }
                 let (data_tx, data_rx) = mpsc::channel(STREAM_BUFFER);
+                let aborted = Arc::new(AtomicBool::new(false));
                 if flags & FLAG_FIN == 0 {
-                    shared.state().streams.insert(stream_id, data_tx);
+                    shared.state().streams.insert(
+                        stream_id,
+                        Inbound {
+                            data: data_tx,
+                            aborted: aborted.clone(),
+                        },
+                    );
                 }
                 let stream = Stream {
                     id: stream_id,
                     headers,
-                    reader: StreamReader {
-                        rx: data_rx,
-                        buf: Bytes::new(),
-                    },
+                    reader: StreamReader::new(data_rx, aborted),
                     writer: new_writer(&shared, stream_id),
                 };
                 if incoming.send(stream).await.is_err() {
@@ -590,9 +621,9 @@ async fn read_loop<R: AsyncRead + Unpin>(
                 let sender = {
                     let mut st = shared.state();
                     if flags & FLAG_FIN != 0 {
-                        st.streams.remove(&stream_id)
+                        st.streams.remove(&stream_id).map(|i| i.data)
                     } else {
-                        st.streams.get(&stream_id).cloned()
+                        st.streams.get(&stream_id).map(|i| i.data.clone())
                     }
                 };
                 if let Some(tx) = sender {
@@ -664,6 +695,7 @@ mod tests {
         stdin.writer.shutdown().await.unwrap();
         let echoed = stdout.reader.read_all().await;
         assert_eq!(echoed, big);
+        assert!(!stdout.reader.aborted(), "ended with FIN");
         let server = server_task.await.unwrap();
         client.close().await;
         tokio::time::timeout(Duration::from_secs(10), server.closed())
@@ -707,6 +739,7 @@ mod tests {
         });
         let mut s = client.open(headers("stdout")).await.unwrap();
         assert_eq!(s.reader.read_all().await, b"bye");
+        assert!(s.reader.aborted(), "the stream ended with the connection, not with FIN");
         t.await.unwrap();
         assert!(matches!(
             client.open(headers("x")).await,

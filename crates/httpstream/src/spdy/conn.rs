@@ -739,7 +739,10 @@ mod tests {
         });
         let mut s = client.open(headers("stdout")).await.unwrap();
         assert_eq!(s.reader.read_all().await, b"bye");
-        assert!(s.reader.aborted(), "the stream ended with the connection, not with FIN");
+        assert!(
+            s.reader.aborted(),
+            "the stream ended with the connection, not with FIN"
+        );
         t.await.unwrap();
         assert!(matches!(
             client.open(headers("x")).await,

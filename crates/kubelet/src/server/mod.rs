@@ -358,16 +358,14 @@ async fn handle(kubelet: &Arc<Kubelet>, req: Request<Incoming>) -> Response<Prox
         ["containerLogs", ns, pod, container] if method == Method::GET => {
             container_logs(kubelet, ns, pod, container, &query).await
         }
-        ["exec" | "attach", ns, pod, rest @ ..] if get_or_post && matches!(rest.len(), 1 | 2) => {
+        ["exec" | "attach", ns, pod, container] if get_or_post => {
             let attach = segments[0] == "attach";
-            let (uid, container) = match rest {
-                [c] => (None, *c),
-                [u, c] => (Some(*u), *c),
-                _ => unreachable!("matched lengths 1 and 2"),
-            };
-            let view = kubelet
-                .pod_by_name(ns, pod)
-                .filter(|v| uid.is_none_or(|u| u == v.uid));
+            let view = kubelet.pod_by_name(ns, pod);
+            streaming::exec_or_attach(kubelet, view, container, &query, attach, req).await
+        }
+        ["exec" | "attach", ns, pod, uid, container] if get_or_post => {
+            let attach = segments[0] == "attach";
+            let view = kubelet.pod_by_name(ns, pod).filter(|v| v.uid == *uid);
             streaming::exec_or_attach(kubelet, view, container, &query, attach, req).await
         }
         ["portForward", ns, pod, rest @ ..] if get_or_post && rest.len() <= 1 => {

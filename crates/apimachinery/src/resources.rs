@@ -165,7 +165,7 @@ const BUILTIN: &[Spec] = &[
         &["ns"],
         &["status", "finalize"],
     ),
-    s("", "Node", "nodes", CLUSTER, &["no"], &["status"]),
+    s("", "Node", "nodes", CLUSTER, &["no"], &["proxy", "status"]),
     s(
         "",
         "PersistentVolumeClaim",
@@ -188,12 +188,18 @@ const BUILTIN: &[Spec] = &[
         "pods",
         NS,
         &["po"],
+        // Sorted, as upstream's discovery lists them.
         &[
-            "status",
+            "attach",
             "binding",
-            "eviction",
             "ephemeralcontainers",
+            "eviction",
+            "exec",
+            "log",
+            "portforward",
+            "proxy",
             "resize",
+            "status",
         ],
     )),
     s("", "PodTemplate", "podtemplates", NS, &[], &[]),
@@ -222,7 +228,14 @@ const BUILTIN: &[Spec] = &[
         &["sa"],
         &["token"],
     ),
-    all(s("", "Service", "services", NS, &["svc"], &["status"])),
+    all(s(
+        "",
+        "Service",
+        "services",
+        NS,
+        &["svc"],
+        &["proxy", "status"],
+    )),
     // apps/v1
     s(
         "apps",

@@ -1,7 +1,8 @@
 //! The cluster's certificates (what kubeadm's `certs` phase makes for upstream): a CA, the API server's
-//! serving certificate, and an admin client certificate in group `system:masters`, kept under
-//! `<data-dir>/pki/`. The CA and admin credential are made once; the serving certificate is re-issued at
-//! every start so its names always cover the address being served.
+//! serving certificate, an admin client certificate in group `system:masters`, and the client
+//! certificate the API server presents to kubelets (kubeadm's `apiserver-kubelet-client`), kept under
+//! `<data-dir>/pki/`. The CA and client credentials are made once; the serving certificate is re-issued
+//! at every start so its names always cover the address being served.
 
 use std::path::{Path, PathBuf};
 
@@ -26,6 +27,9 @@ pub struct Pki {
     pub serving_key: String,
     pub admin_cert: String,
     pub admin_key: String,
+    /// What the API server presents to kubelets (`--kubelet-client-certificate` by default).
+    pub kubelet_client_cert: String,
+    pub kubelet_client_key: String,
 }
 
 /// DNS names the serving certificate always carries (the in-cluster names of the `kubernetes` Service).
@@ -83,6 +87,24 @@ pub fn ensure(data_dir: &Path, hosts: &[String]) -> Result<Pki, PkiError> {
     })
     .map_err(err)?;
 
+    // kubeadm's apiserver-kubelet-client: kubelets authorize it as a cluster administrator.
+    let (kubelet_client_cert, kubelet_client_key) =
+        load_or_make(&dir, "apiserver-kubelet-client", |_| {
+            let key = KeyPair::generate()?;
+            let mut params = CertificateParams::new(Vec::<String>::new())?;
+            params
+                .distinguished_name
+                .push(DnType::CommonName, "kube-apiserver-kubelet-client");
+            params
+                .distinguished_name
+                .push(DnType::OrganizationName, "system:masters");
+            params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];
+            params.not_after = rcgen::date_time_ymd(2036, 1, 1);
+            let cert = params.signed_by(&key, &issuer)?;
+            Ok((cert.pem(), key.serialize_pem()))
+        })
+        .map_err(err)?;
+
     let mut names: Vec<String> = SERVICE_NAMES.iter().map(|s| s.to_string()).collect();
     names.extend([
         "127.0.0.1".to_string(),
@@ -116,6 +138,46 @@ pub fn ensure(data_dir: &Path, hosts: &[String]) -> Result<Pki, PkiError> {
         serving_key: serving.1,
         admin_cert,
         admin_key,
+        kubelet_client_cert,
+        kubelet_client_key,
+    })
+}
+
+/// A serving certificate for `names` (DNS names or IP addresses) signed by the cluster CA of
+/// `<data_dir>/pki` (made by [`ensure`]): what `rkube server` gives its local kubelet, so that the
+/// kubelet can be verified with `--kubelet-certificate-authority <data-dir>/pki/ca.crt`.
+pub fn issue_serving(
+    data_dir: &Path,
+    common_name: &str,
+    names: &[String],
+) -> Result<(String, String), PkiError> {
+    let dir = data_dir.join("pki");
+    let err = |message: String| PkiError {
+        dir: dir.clone(),
+        message,
+    };
+    let read = |name: &str| {
+        std::fs::read_to_string(dir.join(name)).map_err(|e| err(format!("cannot read {name}: {e}")))
+    };
+    let (ca_cert, ca_key) = (read("ca.crt")?, read("ca.key")?);
+    let ca_key = KeyPair::from_pem(&ca_key).map_err(|e| err(format!("ca.key: {e}")))?;
+    let issuer =
+        Issuer::from_ca_cert_pem(&ca_cert, ca_key).map_err(|e| err(format!("ca.crt: {e}")))?;
+    (|| -> Result<(String, String), rcgen::Error> {
+        let key = KeyPair::generate()?;
+        let mut params = CertificateParams::new(names.to_vec())?;
+        params
+            .distinguished_name
+            .push(DnType::CommonName, common_name);
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        params.not_after = rcgen::date_time_ymd(2036, 1, 1);
+        let cert = params.signed_by(&key, &issuer)?;
+        Ok((cert.pem(), key.serialize_pem()))
+    })()
+    .map_err(|e| {
+        err(format!(
+            "cannot issue a serving certificate for {common_name}: {e}"
+        ))
     })
 }
 
@@ -206,6 +268,11 @@ mod tests {
         let second = ensure(dir.path(), &[]).unwrap();
         assert_eq!(first.ca_cert, second.ca_cert);
         assert_eq!(first.admin_cert, second.admin_cert);
+        assert_eq!(first.kubelet_client_cert, second.kubelet_client_cert);
+        assert!(dir.path().join("pki/apiserver-kubelet-client.key").exists());
+        let (cert, _) =
+            issue_serving(dir.path(), "node-1", &["node-1".into(), "127.0.0.1".into()]).unwrap();
+        assert!(cert.starts_with("-----BEGIN CERTIFICATE-----"));
         assert_ne!(
             first.serving_cert, second.serving_cert,
             "serving cert re-issued"

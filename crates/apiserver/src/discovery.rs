@@ -77,6 +77,29 @@ fn subresource_info(
             ),
         ),
         "finalize" => (vec!["update"], same),
+        // Connect subresources (upstream lists the options kind they take).
+        "attach" | "exec" | "portforward" => (
+            vec!["create", "get"],
+            (
+                String::new(),
+                "v1".into(),
+                match sub {
+                    "attach" => "PodAttachOptions",
+                    "exec" => "PodExecOptions",
+                    _ => "PodPortForwardOptions",
+                }
+                .into(),
+            ),
+        ),
+        "log" => (vec!["get"], same),
+        "proxy" => (
+            vec!["create", "delete", "get", "patch", "update"],
+            (
+                String::new(),
+                "v1".into(),
+                format!("{}ProxyOptions", resource.kind),
+            ),
+        ),
         _ => (vec!["get", "patch", "update"], same),
     }
 }

@@ -12,9 +12,11 @@ pub mod authn;
 pub mod authz;
 pub mod bootstrap;
 pub mod certs;
+pub mod connect;
 pub mod crd;
 pub mod discovery;
 pub mod filter;
+pub mod kubelet_client;
 pub mod metrics;
 pub mod objects;
 pub mod openapi;
@@ -71,6 +73,11 @@ pub struct Config {
     pub service_cluster_ip_range: String,
     pub compaction_interval: Duration,
     pub bookmark_interval: Duration,
+    /// How to reach kubelets (`--kubelet-*`).
+    pub kubelet: kubelet_client::KubeletClientOptions,
+    /// The network namespace pods live in when it is not this process's (`rkube server
+    /// --pod-network-namespace`): pod and service proxies dial pod IPs from inside it.
+    pub pod_network_namespace: Option<PathBuf>,
 }
 
 impl Config {
@@ -90,6 +97,8 @@ impl Config {
             service_cluster_ip_range: "10.96.0.0/12".into(),
             compaction_interval: storage::compaction::DEFAULT_INTERVAL,
             bookmark_interval: Duration::from_secs(60),
+            kubelet: Default::default(),
+            pod_network_namespace: None,
         }
     }
 }
@@ -114,6 +123,10 @@ pub struct ApiServer {
     pub extra_metrics: Option<metrics::ExtraMetrics>,
     /// ResourceQuota admission's per-namespace serialization.
     pub quota: admission::resourcequota::QuotaAdmission,
+    /// Logs, exec, attach, port-forward and node proxying go through this to kubelets.
+    pub kubelet: kubelet_client::KubeletClient,
+    /// See [`Config::pod_network_namespace`].
+    pub pod_network_namespace: Option<PathBuf>,
 }
 
 impl ApiServer {
@@ -189,6 +202,12 @@ pub async fn start_with_metrics(
         IpAddr::V6(a) => format!("[{a}]"),
         a => a.to_string(),
     };
+    let pki = certs::ensure(&config.data_dir, &[config.bind_address.to_string()])
+        .map_err(|e| e.to_string())?;
+    let kubelet = kubelet_client::KubeletClient::new(
+        &config.kubelet,
+        (&pki.kubelet_client_cert, &pki.kubelet_client_key),
+    )?;
     let registry = Registry::with_builtin();
     let caches = watch_cache::CacheSet::new();
     for r in registry.snapshot().resources.values() {
@@ -210,6 +229,8 @@ pub async fn start_with_metrics(
         crds: Default::default(),
         extra_metrics,
         quota: Default::default(),
+        kubelet,
+        pod_network_namespace: config.pod_network_namespace.clone(),
     });
     let current = store.current_revision().await.map_err(|e| e.to_string())?;
     tokio::spawn(caches.clone().run(store.clone()));
@@ -228,8 +249,6 @@ pub async fn start_with_metrics(
         )
     };
 
-    let pki = certs::ensure(&config.data_dir, &[config.bind_address.to_string()])
-        .map_err(|e| e.to_string())?;
     let url = format!("https://{client_host}:{}", local.port());
     let kubeconfig = config.data_dir.join("admin.kubeconfig");
     certs::write_kubeconfig(&kubeconfig, &certs::admin_kubeconfig(&pki, &url))?;

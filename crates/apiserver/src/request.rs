@@ -208,6 +208,44 @@ impl Query {
     }
 }
 
+/// Every `key=value` pair of a query in order, repeated keys included (Go's `url.Values`).
+pub fn query_pairs(raw: Option<&str>) -> Vec<(String, String)> {
+    raw.unwrap_or("")
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|pair| {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            (decode(k), decode(v))
+        })
+        .collect()
+}
+
+/// Form encoding of `pairs`, keys sorted and values in order, as Go's `url.Values.Encode`.
+pub fn encode_query(pairs: &[(&str, String)]) -> String {
+    let mut sorted: Vec<&(&str, String)> = pairs.iter().collect();
+    sorted.sort_by_key(|(k, _)| *k);
+    sorted
+        .iter()
+        .map(|(k, v)| format!("{}={}", escape(k), escape(v)))
+        .collect::<Vec<_>>()
+        .join("&")
+}
+
+/// Go's `url.QueryEscape`: unreserved bytes stay, space is `+`, the rest is `%XX`.
+pub fn escape(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                out.push(b as char)
+            }
+            b' ' => out.push('+'),
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}
+
 /// Percent-decoding with `+` as space (form encoding, as Go's url.ParseQuery).
 fn decode(s: &str) -> String {
     let bytes = s.as_bytes();
@@ -307,5 +345,22 @@ mod tests {
         assert!(q.flag("watch"));
         assert_eq!(q.value("limit"), Some("5"));
         assert_eq!(Query::parse(Some("a=%zz%4")).get("a"), Some("%zz%4"));
+        assert_eq!(
+            query_pairs(Some("command=sh&command=-c&command=echo+hi%3B&tty")),
+            [
+                ("command".to_string(), "sh".to_string()),
+                ("command".to_string(), "-c".to_string()),
+                ("command".to_string(), "echo hi;".to_string()),
+                ("tty".to_string(), String::new()),
+            ]
+        );
+        assert_eq!(
+            encode_query(&[
+                ("stdout", "1".into()),
+                ("command", "sh".into()),
+                ("command", "echo a&b".into()),
+            ]),
+            "command=sh&command=echo+a%26b&stdout=1"
+        );
     }
 }

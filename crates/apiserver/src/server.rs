@@ -131,7 +131,11 @@ pub async fn serve(
                 // Clients multiplex many watches over one HTTP/2 connection; hyper-based clients queue
                 // streams past the limit instead of opening a new connection, so keep it generous.
                 builder.http2().max_concurrent_streams(1000);
-                if let Err(e) = builder.serve_connection(TokioIo::new(tls), service).await {
+                // Upgrades: exec, attach, port-forward and proxied WebSockets switch protocols.
+                if let Err(e) = builder
+                    .serve_connection_with_upgrades(TokioIo::new(tls), service)
+                    .await
+                {
                     tracing::debug!(%peer, error = %e, "connection ended with an error");
                 }
             });
@@ -164,15 +168,13 @@ async fn handle(
     cert_user: Option<UserInfo>,
     req: Request<Incoming>,
 ) -> Response<Body> {
-    let (parts, body) = req.into_parts();
-    let path = parts.uri.path().to_string();
-    let query = Query::parse(parts.uri.query());
+    let path = req.uri().path().to_string();
     if is_public(&path) {
         return public(&path);
     }
     let user = match cert_user {
         Some(user) => user,
-        None => match authn::bearer_token(&parts.headers) {
+        None => match authn::bearer_token(req.headers()) {
             Some(token) => match api.authenticate_token(token) {
                 Some(user) => user,
                 None => return response::error_response(&ApiError::unauthorized()),
@@ -181,10 +183,19 @@ async fn handle(
             None => return response::error_response(&ApiError::unauthorized()),
         },
     };
-    let user = match crate::authz::impersonation::resolve(&api.authorizer, user, &parts.headers) {
+    let user = match crate::authz::impersonation::resolve(&api.authorizer, user, req.headers()) {
         Ok(user) => user,
         Err(e) => return response::error_response(&e),
     };
+    // Connect subresources stream their bodies and may switch protocols: they skip body reading.
+    if let Some(target) = crate::connect::target(&path) {
+        if let Err(e) = crate::authz::check_connect(api, &user, req.method(), &target) {
+            return response::error_response(&e);
+        }
+        return crate::connect::serve(api, target, req).await;
+    }
+    let (parts, body) = req.into_parts();
+    let query = Query::parse(parts.uri.query());
     // Read past the limit (to a hard cap) so the client gets its 413 instead of a reset connection.
     let body = match Limited::new(body, DRAIN_LIMIT).collect().await {
         Ok(collected) => collected.to_bytes(),

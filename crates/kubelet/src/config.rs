@@ -35,8 +35,11 @@ pub struct KubeletConfig {
     pub max_pods: u32,
     /// Parent of the `kubepods` cgroup tree (`--cgroup-root`).
     pub cgroup_root: String,
-    /// The port of the kubelet's HTTPS server (reported in `daemonEndpoints`).
+    /// The port of the kubelet's HTTPS server (reported in `daemonEndpoints`); 0 picks a free one.
     pub port: u16,
+    /// The rest of the HTTPS server's settings (address, certificates, client CA); its `port` is
+    /// [`KubeletConfig::port`] and an empty `cert_dir` means `<root_dir>/pki`.
+    pub server: crate::server::ServerConfig,
     /// Where pods' network lives (the runtime's network namespace).
     pub pod_network: PodNetwork,
     /// Where to write the CNI bridge config once the node has a pod CIDR (`None`: CNI is set up by
@@ -79,6 +82,7 @@ impl KubeletConfig {
             max_pods: 110,
             cgroup_root: "/".into(),
             port: 10250,
+            server: crate::server::ServerConfig::new(PathBuf::new()),
             pod_network: PodNetwork::host(),
             cni_conf_dir: None,
             cni_bridge_name: "cni0".into(),

@@ -407,6 +407,18 @@ pub async fn run(
     for dir in [&config.root_dir, &config.pod_logs_dir] {
         std::fs::create_dir_all(dir).map_err(|e| format!("create {}: {e}", dir.display()))?;
     }
+    // The HTTPS server binds first: the node is registered with the port it got.
+    let mut config = config;
+    let mut server_config = config.server.clone();
+    server_config.port = config.port;
+    if server_config.cert_dir.as_os_str().is_empty() {
+        server_config.cert_dir = config.root_dir.join("pki");
+    }
+    if server_config.hostnames.is_empty() {
+        server_config.hostnames = vec![config.node_name.clone(), config.node_ip.to_string()];
+    }
+    let listener = crate::server::bind(&server_config).await?;
+    config.port = listener.addr.port();
     let config = Arc::new(config);
     let broadcaster = client::events::EventBroadcaster::new();
     let recorder = client.as_ref().map(|c| {
@@ -454,8 +466,11 @@ pub async fn run(
     let kubelet = Kubelet::new(config.clone(), client, runtime, recorder, pod_config);
     tasks.push(tokio::spawn(kubelet.clone().pleg()));
     tasks.push(tokio::spawn(kubelet.clone().housekeeping()));
-    // The kubelet's HTTPS server (logs, exec, attach, port-forward: `crate::server`, built on the
-    // streaming branch) is started here once that module exists.
+    // The kubelet's HTTPS server: logs, exec, attach, port-forward, /pods.
+    tasks.push(tokio::spawn(crate::server::serve(
+        listener,
+        kubelet.clone(),
+    )));
     struct AbortAll(Vec<tokio::task::JoinHandle<()>>);
     impl Drop for AbortAll {
         fn drop(&mut self) {

@@ -22,6 +22,7 @@ pub mod netns;
 pub mod node;
 pub mod podconfig;
 pub mod prober;
+pub mod server;
 pub mod status_manager;
 pub mod sync;
 pub mod volumes;

@@ -73,6 +73,19 @@ pub struct KubeletArgs {
     /// Port of the kubelet's HTTPS server, reported in the Node's daemonEndpoints.
     #[arg(long, default_value_t = 10250)]
     port: u16,
+    /// Address the kubelet's HTTPS server listens on.
+    #[arg(long, default_value = "0.0.0.0")]
+    address: std::net::IpAddr,
+    /// Serving certificate (PEM) of the HTTPS server; default: a self-signed one in <root-dir>/pki.
+    #[arg(long)]
+    tls_cert_file: Option<PathBuf>,
+    /// Key of --tls-cert-file.
+    #[arg(long)]
+    tls_private_key_file: Option<PathBuf>,
+    /// CA bundle (PEM) that clients of the HTTPS server (the API server) must present certificates
+    /// from; without it any client may use the server, as upstream's defaults allow.
+    #[arg(long)]
+    client_ca_file: Option<PathBuf>,
     #[command(flatten)]
     flags: KubeletFlags,
 }
@@ -149,6 +162,13 @@ pub async fn run(args: KubeletArgs) -> Result<(), String> {
             .unwrap_or_else(|| PathBuf::from("/var/log/pods")),
         client,
         args.port,
+        |config| {
+            config.server.address = args.address;
+            config.server.tls_cert_file = args.tls_cert_file.clone();
+            config.server.tls_private_key_file = args.tls_private_key_file.clone();
+            config.server.client_ca_file = args.client_ca_file.clone();
+            Ok(())
+        },
     )
     .await?;
     match node {
@@ -179,6 +199,7 @@ pub async fn start_local_node(
     data_dir: &std::path::Path,
     kubeconfig: &std::path::Path,
     port: u16,
+    address: std::net::IpAddr,
 ) -> Result<Option<LocalNode>, String> {
     let data_dir = std::path::absolute(data_dir).map_err(|e| e.to_string())?;
     let client = client::kubeconfig::client_from_file(kubeconfig).await?;
@@ -197,11 +218,27 @@ pub async fn start_local_node(
         logs,
         Some(client),
         port,
+        |config| {
+            // The HTTPS server trusts the cluster CA for clients (the API server's kubelet client
+            // certificate) and serves a certificate from it.
+            config.server.address = address;
+            config.server.client_ca_file = Some(data_dir.join("pki").join("ca.crt"));
+            let mut names = vec![config.node_name.clone(), config.node_ip.to_string()];
+            if !address.is_unspecified() && !names.contains(&address.to_string()) {
+                names.push(address.to_string());
+            }
+            config.server.serving_cert = Some(
+                apiserver::certs::issue_serving(&data_dir, &config.node_name, &names)
+                    .map_err(|e| e.to_string())?,
+            );
+            Ok(())
+        },
     )
     .await
 }
 
-/// A kubelet with its runtime: the given endpoint, or containerd started under `containerd_dir`.
+/// A kubelet with its runtime: the given endpoint, or containerd started under `containerd_dir`;
+/// `serve` sets up its HTTPS server.
 async fn start_node(
     flags: &KubeletFlags,
     root_dir: &std::path::Path,
@@ -209,6 +246,7 @@ async fn start_node(
     pod_logs_dir: PathBuf,
     client: Option<kube::Client>,
     port: u16,
+    serve: impl FnOnce(&mut kubelet::KubeletConfig) -> Result<(), String>,
 ) -> Result<Option<LocalNode>, String> {
     let root_dir = std::path::absolute(root_dir).map_err(|e| e.to_string())?;
     let containerd_dir = std::path::absolute(containerd_dir).map_err(|e| e.to_string())?;
@@ -249,6 +287,7 @@ async fn start_node(
         .await
         .map_err(|e| format!("no container runtime: {e}"))?;
     let mut config = flags.config(&endpoint, root_dir.clone(), pod_logs_dir, port)?;
+    serve(&mut config)?;
     if let Some(c) = &containerd {
         config.cni_conf_dir = Some(c.options.cni_conf_dir.clone());
         if let Some(ns) = &c.options.netns {

@@ -65,6 +65,24 @@ pub struct ServeArgs {
     /// How often watches that allow them get a BOOKMARK.
     #[arg(long, default_value = "60s", value_parser = parse_duration)]
     bookmark_interval: Duration,
+    /// Client certificate (PEM) presented to kubelets; the generated
+    /// `pki/apiserver-kubelet-client.crt` by default.
+    #[arg(long)]
+    kubelet_client_certificate: Option<PathBuf>,
+    /// Key of --kubelet-client-certificate.
+    #[arg(long)]
+    kubelet_client_key: Option<PathBuf>,
+    /// CA bundle (PEM) that kubelet serving certificates must chain to; without it they are not
+    /// verified, as upstream.
+    #[arg(long)]
+    kubelet_certificate_authority: Option<PathBuf>,
+    /// Node address types to reach kubelets at, most preferred first.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "InternalIP,Hostname,InternalDNS,ExternalDNS,ExternalIP"
+    )]
+    kubelet_preferred_address_types: Vec<String>,
     /// Do not run the scheduler in this process (see `rkube scheduler`).
     #[arg(long)]
     disable_scheduler: bool,
@@ -83,6 +101,9 @@ pub struct ServeArgs {
     /// Port of the local kubelet's HTTPS server (0 picks a free one).
     #[arg(long, default_value_t = 10250)]
     kubelet_port: u16,
+    /// Address the local kubelet's HTTPS server listens on.
+    #[arg(long, default_value = "0.0.0.0")]
+    kubelet_address: IpAddr,
     #[command(flatten)]
     kubelet: crate::kubelet::KubeletFlags,
     /// Simulated nodes to run in this process (see `rkube sim`).
@@ -138,6 +159,19 @@ impl ServeArgs {
         config.service_cluster_ip_range = self.service_cluster_ip_range.clone();
         config.compaction_interval = self.compaction_interval;
         config.bookmark_interval = self.bookmark_interval;
+        config.kubelet = apiserver::kubelet_client::KubeletClientOptions {
+            client_certificate: self.kubelet_client_certificate.clone(),
+            client_key: self.kubelet_client_key.clone(),
+            certificate_authority: self.kubelet_certificate_authority.clone(),
+            preferred_address_types: self.kubelet_preferred_address_types.clone(),
+        };
+        // Pods kept in a network namespace of their own are proxied to from inside it.
+        config.pod_network_namespace = self
+            .kubelet
+            .pod_network_namespace
+            .as_ref()
+            .filter(|_| !self.disable_kubelet)
+            .map(|name| PathBuf::from("/run/netns").join(name));
         Ok(config)
     }
 }
@@ -188,6 +222,7 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
             &args.data_dir,
             &kubeconfig,
             args.kubelet_port,
+            args.kubelet_address,
         )
         .await?
     } else {

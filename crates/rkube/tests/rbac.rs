@@ -226,8 +226,42 @@ fn roles_and_bindings_decide_what_users_may_do() {
         std::thread::sleep(Duration::from_millis(200));
     }
 
-    // SubjectAccessReview, as a webhook authorizer's client sends it (kubectl create -f would first
-    // fetch /openapi/v2 in protobuf for this kind, which rkube serves only in JSON: see docs/notes.md).
+    // Exec needs `create` on pods/exec: `get` alone (which a WebSocket upgrade is, by method) is
+    // refused, whichever transport kubectl tries.
+    c.kubectl(&["run", "shell", "-n", "team", "--image=busybox"]);
+    c.kubectl(&[
+        "create",
+        "role",
+        "exec-getter",
+        "-n",
+        "team",
+        "--verb=get",
+        "--resource=pods,pods/exec",
+    ]);
+    c.kubectl(&[
+        "create",
+        "rolebinding",
+        "alice-exec",
+        "-n",
+        "team",
+        "--role=exec-getter",
+        "--user=alice",
+    ]);
+    r.eventually_allowed("alice-token", &["get", "pod", "shell", "-n", "team"]);
+    let out = r.as_token(
+        "alice-token",
+        &["exec", "shell", "-n", "team", "--", "true"],
+    );
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains(
+            "User \"alice\" cannot create resource \"pods/exec\" in API group \"\" in the namespace \"team\""
+        ),
+        "{}",
+        stderr(&out)
+    );
+
+    // SubjectAccessReview, as a webhook authorizer's client sends it.
     let rt = support::runtime();
     let admin = rt.block_on(c.client());
     let review = |user: &str, verb: &str| -> String {

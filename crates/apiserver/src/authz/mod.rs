@@ -241,6 +241,53 @@ pub fn check(
         .map_err(|reason| forbidden(&attrs, &reason))
 }
 
+/// Authorizes a connect subresource (log, exec, attach, portforward, proxy). The verb comes from the
+/// method as upstream's RequestInfo derives it (GET and HEAD `get`, POST `create`, PUT `update`,
+/// PATCH `patch`, DELETE `delete`, others lowercased). A GET of exec, attach or portforward (the
+/// WebSocket upgrade kubectl uses) must also be allowed `create`, as upstream with
+/// AuthorizePodWebsocketUpgradeCreatePermission (on by default since 1.30): `get` alone must not
+/// run commands.
+pub fn check_connect(
+    api: &ApiServer,
+    user: &UserInfo,
+    method: &http::Method,
+    target: &crate::connect::Target,
+) -> Result<(), ApiError> {
+    let (resource, subresource) = target.resource();
+    let (namespace, name) = target.namespace_and_name();
+    let verb = match method.as_str() {
+        "GET" | "HEAD" => "get".to_string(),
+        "POST" => "create".into(),
+        "PUT" => "update".into(),
+        "PATCH" => "patch".into(),
+        "DELETE" => "delete".into(),
+        other => other.to_ascii_lowercase(),
+    };
+    let attrs = |verb| Attributes {
+        user,
+        verb,
+        resource_request: true,
+        group: "",
+        version: "v1",
+        resource,
+        subresource,
+        namespace,
+        name,
+        path: "",
+    };
+    let mut verbs = vec![verb.as_str()];
+    if verb == "get" && matches!(subresource, "exec" | "attach" | "portforward") {
+        verbs.push("create");
+    }
+    for verb in verbs {
+        let attrs = attrs(verb);
+        api.authorizer
+            .authorize(&attrs)
+            .map_err(|reason| forbidden(&attrs, &reason))?;
+    }
+    Ok(())
+}
+
 const KINDS: [(rbac::Kind, &str, &str); 4] = [
     (rbac::Kind::ClusterRole, "clusterroles", "clusterroles"),
     (rbac::Kind::Role, "roles", "roles"),

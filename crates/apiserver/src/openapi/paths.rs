@@ -269,6 +269,14 @@ pub fn resource_paths(
     insert(paths, &item, &scope, ops, format);
 
     for sub in &r.subresources {
+        // Connect subresources (logs, exec, proxies) take query options and answer streams, not
+        // objects; they are not published yet.
+        if matches!(
+            sub.as_str(),
+            "attach" | "exec" | "log" | "portforward" | "proxy"
+        ) {
+            continue;
+        }
         let suffix = capitalize(sub);
         // The kind a subresource reads and writes, as upstream.
         let (gvk, sub_name) = match sub.as_str() {

@@ -27,9 +27,11 @@ impl ControllerManager {
             .args(["controller-manager", "--kubeconfig"])
             .arg(kubeconfig)
             .args([
-                "--leader-elect-lease-duration=2s",
-                "--leader-elect-renew-deadline=1500ms",
-                "--leader-elect-retry-period=300ms",
+                // Short enough for quick takeovers, long enough that a loaded machine does not
+                // make the leader miss its renew deadline.
+                "--leader-elect-lease-duration=4s",
+                "--leader-elect-renew-deadline=3s",
+                "--leader-elect-retry-period=500ms",
             ])
             .env("RUST_LOG", "info")
             .stdout(Stdio::null())

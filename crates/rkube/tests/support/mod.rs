@@ -62,7 +62,7 @@ impl Cluster {
     fn start_components(backend: Backend, extra_args: &[&str]) -> Cluster {
         // Tests get a real node (kubelet + containerd) only when they ask for one (see `kubelet.rs`).
         let mut args: Vec<&str> = extra_args.to_vec();
-        if !args.contains(&"--pod-network-namespace") {
+        if !args.contains(&"--pod-network-namespace") && !args.contains(&"--disable-kubelet") {
             args.push("--disable-kubelet");
         }
         Cluster::start_in(tempfile::tempdir().expect("tempdir"), backend, &args)
@@ -190,7 +190,7 @@ impl Cluster {
             pipe.write_all(input.as_bytes())
                 .expect("write kubectl stdin");
         }
-        wait_with_timeout(child, KUBECTL_TIMEOUT, args)
+        wait_with_timeout(child, kubectl_timeout(args), args)
     }
 
     /// Runs kubectl and returns stdout; panics with stderr on failure.
@@ -241,6 +241,20 @@ impl Drop for Cluster {
             let _ = child.wait();
         }
     }
+}
+
+/// How long a kubectl run may take: [`KUBECTL_TIMEOUT`], or a `--timeout=<N>s` it was given plus
+/// half a minute (`rollout status`, `wait`).
+fn kubectl_timeout(args: &[&str]) -> Duration {
+    args.iter()
+        .filter_map(|a| {
+            a.strip_prefix("--timeout=")?
+                .strip_suffix('s')?
+                .parse()
+                .ok()
+        })
+        .map(|secs: u64| Duration::from_secs(secs + 30))
+        .fold(KUBECTL_TIMEOUT, Duration::max)
 }
 
 fn wait_with_timeout(mut child: Child, timeout: Duration, args: &[&str]) -> Output {

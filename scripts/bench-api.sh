@@ -22,7 +22,7 @@ bin="$PWD/target/release/rkube"
 
 rss() { awk '/VmRSS/ {printf "%.1f", $2/1024}' "/proc/$server_pid/status"; }
 echo 'benchtoken,bench,1001,"system:masters"' > "$work/tokens.csv"
-"$bin" server --data-dir "$work/data" --secure-port 0 --token-auth-file "$work/tokens.csv" 2> "$work/server.log" &
+"$bin" server --data-dir "$work/data" --secure-port 0 --disable-kubelet --token-auth-file "$work/tokens.csv" 2> "$work/server.log" &
 server_pid=$!
 for _ in $(seq 1 100); do grep -q "serving on" "$work/server.log" && break; sleep 0.1; done
 url=$(grep -o 'https://127.0.0.1:[0-9]*' "$work/server.log" | head -n 1)

@@ -12,7 +12,7 @@ bin=${RKUBE_BIN:-$root/target/release/rkube}
 dir=$(mktemp -d)
 trap 'kill $server_pid 2>/dev/null || true; rm -rf "$dir"' EXIT
 
-"$bin" server --data-dir "$dir" --secure-port 0 --disable-scheduler >"$dir/server.log" 2>&1 &
+"$bin" server --data-dir "$dir" --secure-port 0 --disable-scheduler --disable-kubelet >"$dir/server.log" 2>&1 &
 server_pid=$!
 for _ in $(seq 100); do grep -q "serving on" "$dir/server.log" 2>/dev/null && break; sleep 0.2; done
 export KUBECONFIG=$dir/admin.kubeconfig

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Deployment rollout benchmark: `rkube server --disable-controllers --sim-nodes NODES` and `rkube
+# Deployment rollout benchmark: `rkube server --disable-kubelet --disable-controllers --sim-nodes NODES` and `rkube
 # controller-manager` as two processes; times a REPLICAS-replica Deployment from creation to fully
 # available, then a full rolling update (new image) to complete, with the controller manager's CPU time
 # and RSS over each phase. Prints a markdown table.
@@ -11,9 +11,9 @@ nodes=${2:-100}
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=$root/target/release/rkube
 dir=$(mktemp -d)
-trap 'kill $server_pid $cm_pid 2>/dev/null || true; rm -rf "$dir"' EXIT
+trap 'kill $server_pid $cm_pid 2>/dev/null || true; [ -n "${KEEP_LOGS:-}" ] && cp "$dir"/*.log "$KEEP_LOGS"/; rm -rf "$dir"' EXIT
 
-"$bin" server --data-dir "$dir" --secure-port 0 --disable-controllers --sim-nodes "$nodes" \
+"$bin" server --data-dir "$dir" --secure-port 0 --disable-kubelet --disable-controllers --sim-nodes "$nodes" \
   >"$dir/server.log" 2>&1 &
 server_pid=$!
 for _ in $(seq 300); do grep -q "simulated nodes running" "$dir/server.log" 2>/dev/null && break; sleep 0.2; done

@@ -12,7 +12,7 @@ bin=$root/target/release/rkube
 dir=$(mktemp -d)
 trap 'kill $server_pid $sim_pid 2>/dev/null || true; rm -rf "$dir"' EXIT
 
-"$bin" server --data-dir "$dir" --secure-port 0 >"$dir/server.log" 2>&1 &
+"$bin" server --data-dir "$dir" --secure-port 0 --disable-kubelet >"$dir/server.log" 2>&1 &
 server_pid=$!
 for _ in $(seq 100); do grep -q "serving on" "$dir/server.log" 2>/dev/null && break; sleep 0.2; done
 export KUBECONFIG=$dir/admin.kubeconfig

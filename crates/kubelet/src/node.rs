@@ -260,10 +260,23 @@ impl NodeStatusManager {
     pub async fn run_status(self: Arc<Self>) {
         let nodes: Api<Node> = Api::all(self.client.clone());
         let mut last_posted: Option<(Value, Instant)> = None;
-        let mut tick = tokio::time::interval(self.config.node_status_update_frequency);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut first = true;
         loop {
-            tick.tick().await;
+            // Until the node is Ready (its pod CIDR assigned, the runtime's network up), look again
+            // every half second, as upstream's fastStatusUpdateOnce, so a new node is Ready in about
+            // a second rather than after a few status periods.
+            let ready = last_posted.as_ref().is_some_and(|(s, _)| is_ready(s));
+            if !first {
+                tokio::time::sleep(if ready {
+                    self.config.node_status_update_frequency
+                } else {
+                    self.config
+                        .node_status_update_frequency
+                        .min(FAST_STATUS_PERIOD)
+                })
+                .await;
+            }
+            first = false;
             let node = match nodes.get(&self.config.node_name).await {
                 Ok(n) => n,
                 Err(kube::Error::Api(e)) if e.code == 404 => {
@@ -368,6 +381,18 @@ impl NodeStatusManager {
 }
 
 /// What distinguishes two statuses (heartbeat times aside).
+/// How often a node that is not Ready yet reads its Node and posts its status.
+const FAST_STATUS_PERIOD: Duration = Duration::from_millis(500);
+
+/// Whether a status says Ready=True.
+fn is_ready(status: &Value) -> bool {
+    status["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|c| c["type"] == "Ready" && c["status"] == "True")
+}
+
 fn signature(status: &Value) -> Value {
     let mut s = status.clone();
     if let Some(conds) = s["conditions"].as_array_mut() {

@@ -50,8 +50,14 @@ for _ in $(seq 1 240); do
   sleep 0.5
 done
 echo "machine: $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB; commit $(git rev-parse --short HEAD)"
+# CPU seconds (user + system) of a process, and of the whole machine, to see where the startup goes.
+ticks=$(getconf CLK_TCK)
+cpu_of() { awk -v t="$ticks" '{printf "%.2f", ($14 + $15) / t}' "/proc/$1/stat"; }
+machine_cpu() { awk -v t="$ticks" '/^cpu /{printf "%.2f", ($2 + $3 + $4 + $7 + $8) / t}' /proc/stat; }
+kubelet_cpu0=$(cpu_of "$kubelet_pid"); machine_cpu0=$(machine_cpu)
 "$bin" bench schedule --kubeconfig "$kubeconfig" --pods "$pods" --concurrency 8 --cpu 10m --memory 8Mi --command "sleep 3600"
 rss() { awk '/VmRSS/{print $2}' "/proc/$1/status"; }
 containerd_pid=$(pgrep -P "$kubelet_pid" -f containerd | head -1 || true)
 echo "kubelet RSS with $pods pods running: $(( $(rss "$kubelet_pid") / 1024 )) MiB"
 [ -n "$containerd_pid" ] && echo "containerd RSS: $(( $(rss "$containerd_pid") / 1024 )) MiB"
+echo "CPU seconds during the run: kubelet $(awk -v a="$(cpu_of "$kubelet_pid")" -v b="$kubelet_cpu0" 'BEGIN{printf "%.2f", a-b}'), whole machine (containerd, shims, runc, CNI plugins, API server, kubelet) $(awk -v a="$(machine_cpu)" -v b="$machine_cpu0" 'BEGIN{printf "%.2f", a-b}')"

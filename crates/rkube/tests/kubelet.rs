@@ -4,8 +4,7 @@
 //! and the CNI plugins (scripts/test.sh installs them). The tests run one at a time: each node is a
 //! containerd and a dozen processes on a 2-core machine.
 //!
-//! Container logs are read from the CRI log files (the streaming endpoints behind `kubectl logs` are
-//! another branch's).
+//! Logs, exec, attach, cp and port-forward through the kubelet's server are in `streaming_node.rs`.
 
 mod support;
 
@@ -156,18 +155,6 @@ impl RealNode {
     }
 
     /// The content of a container attempt's CRI log file.
-    fn log(&self, pod: &Value, container: &str, attempt: u32) -> String {
-        let dir = self.data.join("kubelet/pod-logs").join(format!(
-            "default_{}_{}",
-            pod["metadata"]["name"].as_str().unwrap_or(""),
-            pod["metadata"]["uid"].as_str().unwrap_or("")
-        ));
-        let file = dir.join(container).join(format!("{attempt}.log"));
-        let raw = std::fs::read(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
-        String::from_utf8(kubelet::cri::logs::content(&raw).expect("CRI log format"))
-            .expect("utf-8")
-    }
-
     fn events(&self) -> String {
         self.kubectl(&[
             "get",
@@ -370,7 +357,9 @@ fn seed_pi_job_completes_and_prints_pi() {
         assert_eq!(c["state"]["terminated"]["reason"], "Completed");
         assert_eq!(c["state"]["terminated"]["exitCode"], 0);
     }
-    let pi = node.log(succeeded[0], "pi", 0);
+    // Through the API server and the kubelet's server, as `kubectl logs` reads any pod.
+    let name = succeeded[0]["metadata"]["name"].as_str().unwrap();
+    let pi = node.kubectl(&["logs", name]);
     let pi = pi.trim();
     assert_eq!(pi.len(), 2001, "2,000 digits: {pi}");
     assert!(pi.starts_with("3.14159265358979323846264338327950288419716939937510582097494459230781640628620899862803482534211706798214808651"), "{pi}");

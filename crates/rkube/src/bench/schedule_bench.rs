@@ -19,7 +19,7 @@ use clap::Args;
 use client::informer::{EventHandlerFuncs, InformerConfig, SharedInformerFactory};
 use futures::StreamExt;
 use hdrhistogram::Histogram;
-use k8s_openapi::api::core::v1::{Namespace, Node, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, Pod, ServiceAccount};
 use kube::api::{ListParams, PostParams};
 use kube::Api;
 use serde_json::json;
@@ -157,6 +157,17 @@ pub async fn run(args: ScheduleBenchArgs) -> Result<(), String> {
         Ok(_) => {}
         Err(kube::Error::Api(e)) if e.code == 409 => {}
         Err(e) => return Err(format!("namespace: {e}")),
+    }
+    // Pods need their service account; the in-process cluster runs no service account controller.
+    let sa: ServiceAccount = serde_json::from_value(json!({"metadata": {"name": "default"}}))
+        .map_err(|e| e.to_string())?;
+    match Api::<ServiceAccount>::namespaced(client.clone(), NAMESPACE)
+        .create(&PostParams::default(), &sa)
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(e)) if e.code == 409 => {}
+        Err(e) => return Err(format!("service account: {e}")),
     }
 
     pod_for(&args.scenario, "check", &args.cpu, &args.memory)?;

@@ -24,7 +24,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Every component in one process on an embedded store (for now: the API server).
+    /// Every component in one process (API server, controller manager, scheduler, a local kubelet when
+    /// containerd is installed, simulated nodes on request) on an embedded store, like k3s.
     Server(serve::ServeArgs),
     /// The Kubernetes API server.
     Apiserver(serve::ServeArgs),

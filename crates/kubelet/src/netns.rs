@@ -43,33 +43,8 @@ impl PodNetwork {
                     std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out")
                 })?;
         };
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        std::thread::Builder::new()
-            .name("netns-dial".into())
-            .spawn(move || {
-                let result = enter(&ns).and_then(|()| {
-                    let s = std::net::TcpStream::connect_timeout(&addr, timeout)?;
-                    s.set_nonblocking(true)?;
-                    Ok(s)
-                });
-                let _ = tx.send(result);
-            })?;
-        let stream = rx
-            .await
-            .map_err(|_| std::io::Error::other("network namespace dialer thread died"))??;
-        tokio::net::TcpStream::from_std(stream)
+        httpstream::netns::connect(&ns, addr, timeout).await
     }
-}
-
-/// Moves the calling thread into the network namespace at `path`.
-fn enter(path: &Path) -> std::io::Result<()> {
-    use std::os::fd::AsRawFd;
-    let file = std::fs::File::open(path)?;
-    // SAFETY: setns on an open namespace file descriptor only changes this thread's namespace.
-    if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(())
 }
 
 /// Creates the named network namespace `/run/netns/NAME` (with its loopback up) unless it exists, and

@@ -2,8 +2,7 @@
 //! local node (containerd started as a child, in a network namespace the test creates, pods in a
 //! cgroup tree of their own), images built by `scripts/images.sh` (found in `target/images`, or
 //! `$RKUBE_IMAGES_DIR`). Needs root, containerd, runc and the CNI plugins (scripts/test.sh installs
-//! them). Nodes of one test binary start one at a time. (The same harness as in `kubelet.rs`, shared
-//! for other test binaries.)
+//! them). Nodes of one test binary start one at a time.
 
 #![allow(dead_code)]
 
@@ -33,7 +32,7 @@ pub struct RealNode {
     pub cgroup_root: String,
     pub data: PathBuf,
     cleaned: bool,
-    rt: tokio::runtime::Runtime,
+    pub rt: tokio::runtime::Runtime,
     _serial: std::sync::MutexGuard<'static, ()>,
 }
 

@@ -386,6 +386,37 @@ fn schedule_pod(
     Ok(select_host(&feasible, &totals).to_string())
 }
 
+/// One scheduling cycle against `cache` with no API server behind it: the pod is assumed on the
+/// node chosen, which is returned, or the cycle's failure is described. For measuring the algorithm
+/// alone (`crates/scheduler/examples/cycles.rs`); no PostFilter, Reserve, Permit or binding.
+pub fn schedule_in_memory(
+    fw: &Framework,
+    cache: &mut crate::cache::Cache,
+    pod: Arc<Pod>,
+    next_start: &mut usize,
+    percentage: usize,
+) -> Result<String, String> {
+    let mut state = CycleState::new(cache.snapshot());
+    match schedule_pod(fw, &mut state, &pod, next_start, percentage) {
+        Ok(node) => {
+            let mut assumed = (*pod).clone();
+            assumed.spec.get_or_insert_with(Default::default).node_name = Some(node.clone());
+            cache.assume_info(Arc::new(PodInfo::new(Arc::new(assumed))), &node);
+            Ok(node)
+        }
+        Err(Failure::Error(msg)) => Err(msg),
+        Err(Failure::Fit { all, statuses, .. }) => {
+            let mut reasons: BTreeMap<String, usize> = BTreeMap::new();
+            for (st, _) in statuses.values() {
+                for r in crate::plugins::reasons(st) {
+                    *reasons.entry(r.to_string()).or_default() += 1;
+                }
+            }
+            Err(fit_error(all, &reasons, ""))
+        }
+    }
+}
+
 /// The feasible node with the highest total score; ties broken at random (upstream `selectHost`).
 fn select_host<'a>(feasible: &'a [Arc<NodeInfo>], totals: &[i64]) -> &'a str {
     let mut rng = rand::rng();

@@ -1,14 +1,25 @@
-//! `rkube bench schedule`: pods from creation to bound and Running on simulated nodes (in the style of
-//! upstream's scheduler_perf). Without `--kubeconfig` it starts everything in this process: an API
-//! server on SQLite in a temporary directory, `--nodes` simulated nodes and the scheduler. `--pods`
-//! pods of `--cpu` are created by `--concurrency` tasks; each pod's latency is from issuing its create
-//! to the informer seeing it bound (scheduling latency) and Running; throughput is pods over the time
-//! from the first create to the last pod bound (and Running).
+//! `rkube bench schedule`: scheduling throughput in the style of upstream's scheduler_perf. Without
+//! `--kubeconfig` it starts everything in this process: an API server on SQLite in a temporary
+//! directory and the scheduler, plus `--nodes` nodes. The nodes are plain Node objects as
+//! scheduler_perf's `createNodes` makes them (4 CPU, 32Gi, 110 pods, Ready, three zones; no kubelet),
+//! or with `--sim-nodes` simulated kubelets whose pods go Running. Then, as scheduler_perf's
+//! workloads: `--init-pods` pods are scheduled (not measured), and `--pods` measured pods are created
+//! by `--concurrency` tasks while the scheduler runs.
 //!
-//! `--scenario` picks the pod shape of upstream's scheduler_perf workloads: `basic`
-//! (SchedulingBasic), `topology-spread` (TopologySpreading: a hard zone constraint, maxSkew 5) and
-//! `anti-affinity` (SchedulingPodAntiAffinity: required anti-affinity on the hostname, so every pod
-//! needs a node of its own).
+//! Results: scheduler_perf's `SchedulingThroughput` (the number of measured pods bound, sampled every
+//! second from an informer, the first sample skipped: average and percentiles of the samples), the
+//! end-to-end rate (measured pods over the time from their first create to the last one bound) and
+//! each pod's latency from its create request to the informer seeing it bound.
+//!
+//! `--pending` isolates the scheduler from pod creation on a small machine: the init pods are created
+//! bound (as if scheduled earlier), the measured pods are all created first, and only then is the
+//! scheduler started; the rate is then measured from the scheduler's start (its informers' initial
+//! lists included) to the last pod bound.
+//!
+//! `--scenario` picks scheduler_perf's pod templates: `basic` (SchedulingBasic), `topology-spread`
+//! (TopologySpreading: a hard zone constraint, maxSkew 5; init pods are plain) and `anti-affinity`
+//! (SchedulingPodAntiAffinity: required anti-affinity on the hostname; init pods of the same kind in
+//! another namespace).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -22,28 +33,39 @@ use hdrhistogram::Histogram;
 use k8s_openapi::api::core::v1::{Namespace, Node, Pod, ServiceAccount};
 use kube::api::{ListParams, PostParams};
 use kube::Api;
-use serde_json::json;
+use serde_json::{json, Value};
 
 const NAMESPACE: &str = "bench-schedule";
+const INIT_NAMESPACE: &str = "bench-schedule-init";
 
 #[derive(Args)]
 pub struct ScheduleBenchArgs {
     /// A running cluster with a scheduler and nodes; without it one is started in this process.
     #[arg(long)]
     kubeconfig: Option<PathBuf>,
-    /// Simulated nodes of the in-process cluster.
+    /// Nodes of the in-process cluster.
     #[arg(long, default_value_t = 100)]
     nodes: usize,
+    /// Simulated kubelets (heartbeats, pods go Running) instead of plain Node objects.
+    #[arg(long)]
+    sim_nodes: bool,
+    /// Pods scheduled before the measurement (scheduler_perf's initPods).
+    #[arg(long, default_value_t = 0)]
+    init_pods: usize,
+    /// Measured pods.
     #[arg(long, default_value_t = 1000)]
     pods: usize,
     /// Concurrent creating tasks.
     #[arg(long, default_value_t = 32)]
     concurrency: usize,
+    /// Create the measured pods first and start the scheduler after (in-process cluster only).
+    #[arg(long)]
+    pending: bool,
     /// CPU request of each pod.
     #[arg(long, default_value = "100m")]
     cpu: String,
     /// Memory request of each pod.
-    #[arg(long, default_value = "64Mi")]
+    #[arg(long, default_value = "500Mi")]
     memory: String,
     /// The pods' command, split on spaces (real nodes: keep the containers running, e.g. "sleep 3600").
     #[arg(long)]
@@ -53,20 +75,23 @@ pub struct ScheduleBenchArgs {
     scenario: String,
 }
 
-/// The pod of a scenario (upstream scheduler_perf's pod templates).
+/// The pod of a scenario (upstream scheduler_perf's pod templates); `init` for the initial pods.
 fn pod_for(
     scenario: &str,
+    init: bool,
     name: &str,
     cpu: &str,
     memory: &str,
-) -> Result<serde_json::Value, String> {
+) -> Result<Value, String> {
+    let resources = json!({"requests": {"cpu": cpu, "memory": memory}, "limits": {"cpu": cpu, "memory": memory}});
     let mut pod = json!({
         "metadata": {"name": name, "labels": {"color": "blue"}},
-        "spec": {"containers": [{"name": "c", "image": "busybox",
-                                 "resources": {"requests": {"cpu": cpu, "memory": memory}}}]}
+        "spec": {"containers": [{"name": "pause", "image": "registry.k8s.io/pause:3.10",
+                                 "ports": [{"containerPort": 80}], "resources": resources}]}
     });
     match scenario {
         "basic" => {}
+        "topology-spread" if init => {}
         "topology-spread" => {
             pod["spec"]["topologySpreadConstraints"] = json!([{"maxSkew": 5,
                 "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule",
@@ -75,7 +100,8 @@ fn pod_for(
         "anti-affinity" => {
             pod["metadata"]["labels"] = json!({"color": "green"});
             pod["spec"]["affinity"] = json!({"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
-                {"labelSelector": {"matchLabels": {"color": "green"}}, "topologyKey": "kubernetes.io/hostname"}]}});
+                {"labelSelector": {"matchLabels": {"color": "green"}}, "topologyKey": "kubernetes.io/hostname",
+                 "namespaces": [NAMESPACE, INIT_NAMESPACE]}]}});
         }
         other => {
             return Err(format!(
@@ -86,210 +112,390 @@ fn pod_for(
     Ok(pod)
 }
 
+/// scheduler_perf's default node (`makeBaseNode`), labelled with its hostname and one of three zones.
+fn node_object(i: usize) -> Value {
+    let name = format!("node-{i}");
+    let resources = json!({"cpu": "4", "memory": "32Gi", "pods": "110"});
+    json!({
+        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name,
+            "topology.kubernetes.io/zone": format!("zone-{}", i % 3)}},
+        "status": {"capacity": resources, "allocatable": resources, "phase": "Running",
+            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "bench"}]}
+    })
+}
+
 /// The in-process cluster, stopped when dropped.
 struct LocalCluster {
     _dir: tempfile::TempDir,
     _server: apiserver::server::Running,
-    _sim: sim::Simulator,
-    scheduler: tokio::task::JoinHandle<()>,
+    _sim: Option<sim::Simulator>,
+    scheduler: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Drop for LocalCluster {
     fn drop(&mut self) {
-        self.scheduler.abort();
+        if let Some(s) = &self.scheduler {
+            s.abort();
+        }
     }
 }
 
-async fn local_cluster(nodes: usize) -> Result<(kube::Client, LocalCluster), String> {
+impl LocalCluster {
+    fn start_scheduler(&mut self, client: &kube::Client) {
+        self.scheduler = Some(tokio::spawn(scheduler::run(
+            client.clone(),
+            scheduler::SchedulerConfig::default(),
+        )));
+    }
+}
+
+async fn create_all<F>(total: usize, concurrency: usize, make: F) -> Result<(), String>
+where
+    F: Fn(usize) -> futures::future::BoxFuture<'static, Result<(), String>>,
+{
+    let results: Vec<Result<(), String>> = futures::stream::iter(0..total)
+        .map(make)
+        .buffer_unordered(concurrency.max(1))
+        .collect()
+        .await;
+    results.into_iter().collect()
+}
+
+async fn local_cluster(args: &ScheduleBenchArgs) -> Result<(kube::Client, LocalCluster), String> {
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
     let mut config = apiserver::Config::new(dir.path());
     config.secure_port = 0;
     let server = apiserver::start(config).await?;
     let client = client::kubeconfig::client_from_file(&dir.path().join("admin.kubeconfig")).await?;
     let started = Instant::now();
-    let sim = sim::Simulator::start(
-        client.clone(),
-        sim::SimConfig {
-            nodes,
+    let sim = if args.sim_nodes {
+        let config = sim::SimConfig {
+            nodes: args.nodes,
             ..Default::default()
-        },
-    )
-    .await?;
+        };
+        Some(sim::Simulator::start(client.clone(), config).await?)
+    } else {
+        let api: Api<Node> = Api::all(client.clone());
+        create_all(args.nodes, args.concurrency, |i| {
+            let api = api.clone();
+            Box::pin(async move {
+                let node: Node =
+                    serde_json::from_value(node_object(i)).map_err(|e| e.to_string())?;
+                // Nodes keep the status they are created with (as a kubelet registers them).
+                api.create(&PostParams::default(), &node)
+                    .await
+                    .map(drop)
+                    .map_err(|e| format!("node {i}: {e}"))
+            })
+        })
+        .await?;
+        None
+    };
     eprintln!(
-        "{nodes} simulated nodes registered in {:.1}s",
+        "{} nodes registered in {:.1}s",
+        args.nodes,
         started.elapsed().as_secs_f64()
     );
-    let scheduler = tokio::spawn(scheduler::run(
-        client.clone(),
-        scheduler::SchedulerConfig::default(),
-    ));
-    Ok((
-        client,
-        LocalCluster {
-            _dir: dir,
-            _server: server,
-            _sim: sim,
-            scheduler,
-        },
-    ))
+    let mut local = LocalCluster {
+        _dir: dir,
+        _server: server,
+        _sim: sim,
+        scheduler: None,
+    };
+    if !args.pending {
+        local.start_scheduler(&client);
+    }
+    Ok((client, local))
 }
 
-pub async fn run(args: ScheduleBenchArgs) -> Result<(), String> {
-    let (client, _local) = match &args.kubeconfig {
-        Some(path) => (client::kubeconfig::client_from_file(path).await?, None),
-        None => {
-            let (client, local) = local_cluster(args.nodes).await?;
-            (client, Some(local))
-        }
-    };
-    let nodes = Api::<Node>::all(client.clone())
-        .list(&ListParams::default())
-        .await
-        .map_err(|e| e.to_string())?
-        .items
-        .len();
-    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": NAMESPACE}}))
-        .map_err(|e| e.to_string())?;
+async fn ensure_namespace(client: &kube::Client, name: &str) -> Result<(), String> {
+    let ns: Namespace =
+        serde_json::from_value(json!({"metadata": {"name": name}})).map_err(|e| e.to_string())?;
     match Api::<Namespace>::all(client.clone())
         .create(&PostParams::default(), &ns)
         .await
     {
         Ok(_) => {}
         Err(kube::Error::Api(e)) if e.code == 409 => {}
-        Err(e) => return Err(format!("namespace: {e}")),
+        Err(e) => return Err(format!("namespace {name}: {e}")),
     }
     // Pods need their service account; the in-process cluster runs no service account controller.
     let sa: ServiceAccount = serde_json::from_value(json!({"metadata": {"name": "default"}}))
         .map_err(|e| e.to_string())?;
-    match Api::<ServiceAccount>::namespaced(client.clone(), NAMESPACE)
+    match Api::<ServiceAccount>::namespaced(client.clone(), name)
         .create(&PostParams::default(), &sa)
         .await
     {
-        Ok(_) => {}
-        Err(kube::Error::Api(e)) if e.code == 409 => {}
-        Err(e) => return Err(format!("service account: {e}")),
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(e) => Err(format!("service account in {name}: {e}")),
     }
+}
 
-    pod_for(&args.scenario, "check", &args.cpu, &args.memory)?;
-    // When each pod was first seen bound, and Running.
-    let bound: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
-    let running: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
-    let seen_bound = bound.clone();
-    let factory = SharedInformerFactory::new(client.clone(), InformerConfig::new());
-    let informer =
-        factory.informer_for_api(Api::<Pod>::namespaced(client.clone(), NAMESPACE), None);
-    let seen = running.clone();
-    let record = move |p: &Arc<Pod>| {
+/// When each pod of a namespace was first seen bound, and Running.
+#[derive(Clone, Default)]
+struct Seen {
+    bound: Arc<Mutex<HashMap<String, Instant>>>,
+    running: Arc<Mutex<HashMap<String, Instant>>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Seen {
+    fn record(&self, p: &Pod) {
+        let name = || p.metadata.name.clone().unwrap_or_default();
         if p.spec
             .as_ref()
             .and_then(|s| s.node_name.as_deref())
             .is_some_and(|n| !n.is_empty())
         {
-            let name = p.metadata.name.clone().unwrap_or_default();
-            seen_bound
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .entry(name)
-                .or_insert_with(Instant::now);
+            lock(&self.bound).entry(name()).or_insert_with(Instant::now);
         }
         if p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running") {
-            let name = p.metadata.name.clone().unwrap_or_default();
-            seen.lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .entry(name)
+            lock(&self.running)
+                .entry(name())
                 .or_insert_with(Instant::now);
         }
+    }
+
+    fn bound(&self) -> usize {
+        lock(&self.bound).len()
+    }
+
+    fn running(&self) -> usize {
+        lock(&self.running).len()
+    }
+}
+
+/// Waits while `count()` makes progress, until it reaches `want`.
+async fn wait_for(what: &str, want: usize, count: impl Fn() -> usize) -> Result<(), String> {
+    let (mut last_count, mut last_progress) = (0, Instant::now());
+    loop {
+        let n = count();
+        if n >= want {
+            return Ok(());
+        }
+        if n != last_count {
+            (last_count, last_progress) = (n, Instant::now());
+        } else if last_progress.elapsed() > Duration::from_secs(60) {
+            return Err(format!("stalled: {n} of {want} pods {what}"));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Creates `count` pods of the scenario in `namespace`, optionally bound to nodes round-robin;
+/// returns when each create was issued.
+async fn create_pods(
+    client: &kube::Client,
+    args: &ScheduleBenchArgs,
+    namespace: &str,
+    count: usize,
+    init: bool,
+    bind_to: Option<Arc<Vec<String>>>,
+) -> Result<HashMap<String, Instant>, String> {
+    let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let created: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
+    let run_id = std::process::id();
+    let command: Option<Vec<String>> = args
+        .command
+        .as_ref()
+        .map(|c| c.split_whitespace().map(String::from).collect());
+    let (scenario, cpu, memory) = (args.scenario.clone(), args.cpu.clone(), args.memory.clone());
+    let created_in = created.clone();
+    create_all(count, args.concurrency, move |i| {
+        let (pods, created, command, bind_to) = (
+            pods.clone(),
+            created_in.clone(),
+            command.clone(),
+            bind_to.clone(),
+        );
+        let (scenario, cpu, memory) = (scenario.clone(), cpu.clone(), memory.clone());
+        Box::pin(async move {
+            let name = format!("p-{run_id}-{i}");
+            let mut pod: Pod =
+                serde_json::from_value(pod_for(&scenario, init, &name, &cpu, &memory)?)
+                    .map_err(|e| e.to_string())?;
+            let spec = pod.spec.get_or_insert_with(Default::default);
+            if let Some(cmd) = command {
+                spec.containers[0].command = Some(cmd);
+            }
+            if let Some(nodes) = bind_to.as_ref().filter(|n| !n.is_empty()) {
+                spec.node_name = Some(nodes[i % nodes.len()].clone());
+            }
+            lock(&created).insert(name.clone(), Instant::now());
+            pods.create(&PostParams::default(), &pod)
+                .await
+                .map(drop)
+                .map_err(|e| format!("create {name}: {e}"))
+        })
+    })
+    .await?;
+    let created = lock(&created).clone();
+    Ok(created)
+}
+
+/// scheduler_perf's throughput collector: bound pods counted every second once the first is bound
+/// (that first sample skipped), until all are.
+async fn sample_throughput(seen: Seen, want: usize) -> Vec<f64> {
+    let mut samples = Vec::new();
+    let mut last: Option<(usize, Instant)> = None;
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+        let (n, now) = (seen.bound(), Instant::now());
+        if let Some((prev, at)) = last {
+            samples.push((n - prev) as f64 / now.duration_since(at).as_secs_f64());
+        }
+        if n > 0 {
+            last = Some((n, now));
+        }
+        if n >= want {
+            return samples;
+        }
+    }
+}
+
+pub async fn run(args: ScheduleBenchArgs) -> Result<(), String> {
+    pod_for(&args.scenario, false, "check", &args.cpu, &args.memory)?;
+    if args.pending && args.kubeconfig.is_some() {
+        return Err("--pending needs the in-process cluster (no --kubeconfig)".into());
+    }
+    let (client, mut local) = match &args.kubeconfig {
+        Some(path) => (client::kubeconfig::client_from_file(path).await?, None),
+        None => {
+            let (client, local) = local_cluster(&args).await?;
+            (client, Some(local))
+        }
     };
-    let record_update = record.clone();
-    informer.add_event_handler(
-        EventHandlerFuncs::new()
-            .on_add(move |p, _| record(p))
-            .on_update(move |_, p| record_update(p)),
-    );
+    let node_names: Vec<String> = Api::<Node>::all(client.clone())
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| e.to_string())?
+        .items
+        .into_iter()
+        .filter_map(|n| n.metadata.name)
+        .collect();
+    let nodes = node_names.len();
+    ensure_namespace(&client, NAMESPACE).await?;
+    ensure_namespace(&client, INIT_NAMESPACE).await?;
+    let wait_running = args.kubeconfig.is_some() || args.sim_nodes;
+
+    let factory = SharedInformerFactory::new(client.clone(), InformerConfig::new());
+    let (init_seen, seen) = (Seen::default(), Seen::default());
+    for (ns, seen) in [(INIT_NAMESPACE, &init_seen), (NAMESPACE, &seen)] {
+        let informer = factory.informer_for_api(Api::<Pod>::namespaced(client.clone(), ns), None);
+        let (on_add, on_update) = (seen.clone(), seen.clone());
+        informer.add_event_handler(
+            EventHandlerFuncs::new()
+                .on_add(move |p, _| on_add.record(p))
+                .on_update(move |_, p| on_update.record(p)),
+        );
+    }
     factory.start();
     factory.wait_for_cache_sync().await;
 
-    let run_id = std::process::id();
-    let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
-    let created: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
-    let first = Instant::now();
-    let results: Vec<Result<(), String>> = futures::stream::iter(0..args.pods)
-        .map(|i| {
-            let (pods, created) = (pods.clone(), created.clone());
-            let (cpu, memory, scenario) =
-                (args.cpu.clone(), args.memory.clone(), args.scenario.clone());
-            let command: Option<Vec<String>> = args
-                .command
-                .as_ref()
-                .map(|c| c.split_whitespace().map(String::from).collect());
-            async move {
-                let name = format!("p-{run_id}-{i}");
-                let mut pod: Pod =
-                    serde_json::from_value(pod_for(&scenario, &name, &cpu, &memory)?)
-                        .map_err(|e| e.to_string())?;
-                if let (Some(cmd), Some(spec)) = (command, pod.spec.as_mut()) {
-                    spec.containers[0].command = Some(cmd);
-                }
-                created
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .insert(name.clone(), Instant::now());
-                pods.create(&PostParams::default(), &pod)
-                    .await
-                    .map(drop)
-                    .map_err(|e| format!("create {name}: {e}"))
-            }
-        })
-        .buffer_unordered(args.concurrency.max(1))
-        .collect()
-        .await;
-    results.into_iter().collect::<Result<Vec<()>, String>>()?;
-    let created_all = first.elapsed();
-
-    // Wait while progress is made.
-    let (mut last_count, mut last_progress) = (0, Instant::now());
-    loop {
-        let count = running.lock().unwrap_or_else(|e| e.into_inner()).len();
-        if count >= args.pods {
-            break;
-        }
-        if count != last_count {
-            (last_count, last_progress) = (count, Instant::now());
-        } else if last_progress.elapsed() > Duration::from_secs(60) {
-            return Err(format!("stalled: {count} of {} pods Running", args.pods));
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+    if args.init_pods > 0 {
+        let bind_to = args.pending.then(|| Arc::new(node_names.clone()));
+        create_pods(
+            &client,
+            &args,
+            INIT_NAMESPACE,
+            args.init_pods,
+            true,
+            bind_to,
+        )
+        .await?;
+        wait_for("bound", args.init_pods, || init_seen.bound()).await?;
+        eprintln!("{} init pods bound", args.init_pods);
     }
-    let created = created.lock().unwrap_or_else(|e| e.into_inner()).clone();
-    let summarize = |seen: &HashMap<String, Instant>| -> Result<(f64, Histogram<u64>), String> {
+
+    let sampler = (!args.pending).then(|| tokio::spawn(sample_throughput(seen.clone(), args.pods)));
+    let first = Instant::now();
+    let created = create_pods(&client, &args, NAMESPACE, args.pods, false, None).await?;
+    let created_all = first.elapsed();
+    let (start, sampler) = match local.as_mut().filter(|_| args.pending) {
+        Some(local) => {
+            let start = Instant::now();
+            local.start_scheduler(&client);
+            (
+                start,
+                tokio::spawn(sample_throughput(seen.clone(), args.pods)),
+            )
+        }
+        None => (first, sampler.ok_or("no sampler")?),
+    };
+    wait_for("bound", args.pods, || seen.bound()).await?;
+    let mut samples = sampler.await.map_err(|e| e.to_string())?;
+    eprintln!(
+        "throughput samples (pods/s, one a second): {:?}",
+        samples.iter().map(|s| s.round() as i64).collect::<Vec<_>>()
+    );
+    if wait_running {
+        wait_for("Running", args.pods, || seen.running()).await?;
+    }
+
+    let summarize = |at: &HashMap<String, Instant>| -> Result<(f64, Histogram<u64>), String> {
         let mut latency = Histogram::<u64>::new(3).map_err(|e| e.to_string())?;
-        let mut last = first;
-        for (name, at) in seen {
+        let mut last = start;
+        for (name, at) in at {
             if let Some(c) = created.get(name) {
                 let _ = latency.record(at.duration_since(*c).as_micros().max(1) as u64);
                 last = last.max(*at);
             }
         }
-        Ok((last.duration_since(first).as_secs_f64(), latency))
+        Ok((last.duration_since(start).as_secs_f64(), latency))
     };
-    let (bound_s, bound_lat) = summarize(&bound.lock().unwrap_or_else(|e| e.into_inner()).clone())?;
-    let (running_s, running_lat) =
-        summarize(&running.lock().unwrap_or_else(|e| e.into_inner()).clone())?;
+    let (bound_s, bound_lat) = summarize(&lock(&seen.bound).clone())?;
     let ms = |us: u64| us as f64 / 1000.0;
+    samples.sort_by(f64::total_cmp);
+    let pct = |q: f64| -> f64 {
+        if samples.is_empty() {
+            return 0.0;
+        }
+        samples[((samples.len() as f64 * q).ceil() as usize).clamp(1, samples.len()) - 1]
+    };
+    let average = if samples.is_empty() {
+        0.0
+    } else {
+        samples.iter().sum::<f64>() / samples.len() as f64
+    };
+    let mode = if args.pending {
+        "pending (scheduler started after the creates)"
+    } else {
+        "concurrent (creates while scheduling)"
+    };
     println!();
-    println!("| scenario | nodes | pods | creates took s | to last bound s | bound pods/s | scheduling latency p50 ms | p99 ms | to last Running s | Running pods/s | Running p50 ms | p99 ms |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
     println!(
-        "| {} | {nodes} | {} | {:.2} | {bound_s:.2} | {:.0} | {:.1} | {:.1} | {running_s:.2} | {:.0} | {:.1} | {:.1} |",
+        "scenario {}, {nodes} nodes, {} init pods, {} measured pods, {mode}",
+        args.scenario, args.init_pods, args.pods
+    );
+    println!("| scenario | mode | nodes | pods | creates took s | to last bound s | bound pods/s | SchedulingThroughput avg | p50 | p90 | p99 | create-to-bound p50 ms | p99 ms |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!(
+        "| {} | {} | {nodes} | {} | {:.2} | {bound_s:.2} | {:.0} | {average:.0} | {:.0} | {:.0} | {:.0} | {} | {} |",
         args.scenario,
+        if args.pending { "pending" } else { "concurrent" },
         args.pods,
         created_all.as_secs_f64(),
         args.pods as f64 / bound_s,
-        ms(bound_lat.value_at_quantile(0.5)),
-        ms(bound_lat.value_at_quantile(0.99)),
-        args.pods as f64 / running_s,
-        ms(running_lat.value_at_quantile(0.5)),
-        ms(running_lat.value_at_quantile(0.99)),
+        pct(0.5),
+        pct(0.9),
+        pct(0.99),
+        if args.pending { "-".to_string() } else { format!("{:.1}", ms(bound_lat.value_at_quantile(0.5))) },
+        if args.pending { "-".to_string() } else { format!("{:.1}", ms(bound_lat.value_at_quantile(0.99))) },
     );
+    if wait_running {
+        let (running_s, running_lat) = summarize(&lock(&seen.running).clone())?;
+        println!(
+            "Running: last at {running_s:.2} s ({:.0} pods/s); create-to-Running p50 {:.1} ms, p99 {:.1} ms",
+            args.pods as f64 / running_s,
+            ms(running_lat.value_at_quantile(0.5)),
+            ms(running_lat.value_at_quantile(0.99)),
+        );
+    }
     Ok(())
 }

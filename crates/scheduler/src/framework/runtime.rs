@@ -18,8 +18,8 @@ use tokio::sync::oneshot;
 
 use super::parallelize::Parallelizer;
 use super::{
-    ClusterEvent, CycleState, NodeInfo, NodeToStatus, Plugin, PodInfo, PostFilterResult,
-    PreFilterResult, QueuedPodInfo, Status,
+    ClusterEvent, CycleState, FilterPlugin, NodeInfo, NodeToStatus, Plugin, PodInfo,
+    PostFilterResult, PreFilterResult, QueuedPodInfo, ScorePlugin, Status,
 };
 use crate::queue::Nominator;
 use client::informer::Store;
@@ -248,6 +248,15 @@ impl Framework {
         Status::Success
     }
 
+    /// The Filter plugins that run this cycle (those whose PreFilter did not skip), in order.
+    pub fn active_filters(&self, state: &CycleState) -> Vec<(&'static str, &dyn FilterPlugin)> {
+        self.filter
+            .iter()
+            .filter(|p| !state.skip_filter.contains(p.name()))
+            .filter_map(|p| p.as_filter().map(|f| (p.name(), f)))
+            .collect()
+    }
+
     /// The first failing filter's status and name.
     pub fn run_filter(
         &self,
@@ -255,18 +264,7 @@ impl Framework {
         pod: &Pod,
         node: &NodeInfo,
     ) -> (Status, &'static str) {
-        for p in &self.filter {
-            if state.skip_filter.contains(p.name()) {
-                continue;
-            }
-            if let Some(f) = p.as_filter() {
-                let s = f.filter(state, pod, node);
-                if !s.is_success() {
-                    return (s, p.name());
-                }
-            }
-        }
-        (Status::Success, "")
+        run_filters(&self.active_filters(state), state, pod, node)
     }
 
     /// Upstream `RunFilterPluginsWithNominatedPods`: the pod must fit both with the pods nominated
@@ -277,9 +275,22 @@ impl Framework {
         pod: &Pod,
         node: &NodeInfo,
     ) -> (Status, &'static str) {
+        self.filter_with_nominated(&self.active_filters(state), state, pod, node)
+    }
+
+    fn filter_with_nominated(
+        &self,
+        filters: &[(&'static str, &dyn FilterPlugin)],
+        state: &CycleState,
+        pod: &Pod,
+        node: &NodeInfo,
+    ) -> (Status, &'static str) {
+        if self.nominator.is_empty() {
+            return run_filters(filters, state, pod, node);
+        }
         let nominated = self.nominator.nominated_pods_for_node(node.name());
         if nominated.is_empty() {
-            return self.run_filter(state, pod, node);
+            return run_filters(filters, state, pod, node);
         }
         let prio = pod.spec.as_ref().and_then(|s| s.priority).unwrap_or(0);
         let me = (
@@ -303,12 +314,12 @@ impl Framework {
             }
         }
         if let Some((st, ni)) = &with {
-            let r = self.run_filter(st, pod, ni);
+            let r = run_filters(filters, st, pod, ni);
             if !r.0.is_success() {
                 return r;
             }
         }
-        self.run_filter(state, pod, node)
+        run_filters(filters, state, pod, node)
     }
 
     /// Filters `nodes` from `start` (wrapping) until `wanted` fit, in parallel. Returns the feasible
@@ -326,17 +337,15 @@ impl Framework {
         if n == 0 {
             return (Vec::new(), statuses, 0);
         }
-        let no_filters = self
-            .filter
-            .iter()
-            .all(|p| state.skip_filter.contains(p.name()) || p.as_filter().is_none());
-        if no_filters {
+        let filters = self.active_filters(state);
+        if filters.is_empty() {
             let feasible: Vec<_> = (0..wanted.min(n))
                 .map(|i| nodes[(start + i) % n].clone())
                 .collect();
             let processed = feasible.len();
             return (feasible, statuses, processed);
         }
+        let filters = &filters[..];
         // Windows of about the number still wanted, each filtered in parallel: when most nodes fit
         // (the common case) one window does it, and no node beyond it is examined.
         let mut feasible = Vec::new();
@@ -345,7 +354,7 @@ impl Framework {
             let window = (wanted - feasible.len()).max(64).min(n - processed);
             let base = start + processed;
             let results = self.parallelizer().map(window, |j| {
-                self.run_filter_with_nominated_pods(state, pod, &nodes[(base + j) % n])
+                self.filter_with_nominated(filters, state, pod, &nodes[(base + j) % n])
             });
             for (j, (status, plugin)) in results.into_iter().enumerate() {
                 if feasible.len() >= wanted {
@@ -384,19 +393,45 @@ impl Framework {
     }
 
     /// Weighted, normalized total per node (upstream `RunScorePlugins` summed as in
-    /// `prioritizeNodes`).
+    /// `prioritizeNodes`). Every plugin scores a node in one pass over the nodes (one parallel
+    /// hand-off per cycle, not one per plugin), then each plugin's scores are normalized.
     pub fn run_score(&self, state: &CycleState, pod: &Pod, nodes: &[Arc<NodeInfo>]) -> Vec<i64> {
+        let plugins: Vec<(&dyn ScorePlugin, i64)> = self
+            .score
+            .iter()
+            .filter(|(p, _)| !state.skip_score.contains(p.name()))
+            .filter_map(|(p, w)| p.as_score().map(|s| (s, *w)))
+            .collect();
         let mut totals = vec![0i64; nodes.len()];
-        for (p, weight) in &self.score {
-            if state.skip_score.contains(p.name()) {
-                continue;
+        if plugins.is_empty() {
+            return totals;
+        }
+        // Node-major: every plugin's raw score of one node, computed together.
+        const INLINE: usize = 8;
+        let rows: Vec<([i64; INLINE], Vec<i64>)> = self.parallelizer().map(nodes.len(), |i| {
+            let node = &nodes[i];
+            let mut row = [0i64; INLINE];
+            let mut spill = Vec::new();
+            for (j, (p, _)) in plugins.iter().enumerate() {
+                let v = p.score(state, pod, node);
+                match row.get_mut(j) {
+                    Some(slot) => *slot = v,
+                    None => spill.push(v),
+                }
             }
-            let Some(sp) = p.as_score() else { continue };
-            let mut scores = self
-                .parallelizer()
-                .map(nodes.len(), |i| sp.score(state, pod, &nodes[i]));
-            sp.normalize(state, pod, &mut scores);
-            for (t, s) in totals.iter_mut().zip(scores) {
+            (row, spill)
+        });
+        let mut scores = vec![0i64; nodes.len()];
+        for (j, (p, weight)) in plugins.iter().enumerate() {
+            for (s, (row, spill)) in scores.iter_mut().zip(&rows) {
+                *s = if j < INLINE {
+                    row[j]
+                } else {
+                    spill[j - INLINE]
+                };
+            }
+            p.normalize(state, pod, &mut scores);
+            for (t, s) in totals.iter_mut().zip(&scores) {
                 *t += s * weight;
             }
         }
@@ -573,6 +608,22 @@ impl Framework {
             }
         }
     }
+}
+
+/// The first failing filter's status and name.
+fn run_filters(
+    filters: &[(&'static str, &dyn FilterPlugin)],
+    state: &CycleState,
+    pod: &Pod,
+    node: &NodeInfo,
+) -> (Status, &'static str) {
+    for (name, f) in filters {
+        let s = f.filter(state, pod, node);
+        if !s.is_success() {
+            return (s, name);
+        }
+    }
+    (Status::Success, "")
 }
 
 #[cfg(test)]

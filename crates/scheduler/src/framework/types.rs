@@ -6,7 +6,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Node, Pod, PodAffinityTerm, WeightedPodAffinityTerm};
+use k8s_openapi::api::core::v1::{Node, Pod, PodAffinityTerm, Taint, WeightedPodAffinityTerm};
 
 use super::resources::{pod_host_ports, pod_non_zero_requests, pod_requests, Resources};
 use super::selector::{Labels, Selector};
@@ -181,10 +181,17 @@ impl PodInfo {
     }
 }
 
-/// One node with the pods placed on it (bound or assumed), as the plugins see it.
+/// One node with the pods placed on it (bound or assumed), as the plugins see it. What every
+/// cycle's Filter reads of the node object (name, `spec.unschedulable`, `spec.taints`) is copied
+/// here, so filtering a node touches this struct rather than the scattered parts of the `Node`.
 #[derive(Clone, Debug)]
 pub struct NodeInfo {
     pub node: Arc<Node>,
+    name: String,
+    /// `spec.unschedulable`.
+    pub unschedulable: bool,
+    /// `spec.taints`.
+    pub taints: Vec<Taint>,
     /// `status.allocatable` (pods included, as the `pods` resource).
     pub allocatable: Resources,
     /// The sum of the requests of its pods (upstream `Requested`), pod count included.
@@ -200,6 +207,8 @@ pub struct NodeInfo {
     pub used_ports: Vec<HostPort>,
     /// Image name (every name of every image in `status.images`) -> size in bytes.
     pub image_sizes: Arc<HashMap<String, i64>>,
+    /// `image_sizes` is not empty (read without following the pointer).
+    pub has_images: bool,
     /// Bumped by the cache on every change (incremental snapshots).
     pub generation: u64,
 }
@@ -229,8 +238,14 @@ impl NodeInfo {
             .and_then(|s| s.allocatable.as_ref())
             .map(Resources::from_list)
             .unwrap_or_default();
+        let spec = node.spec.as_ref();
+        let images = image_sizes(&node);
         NodeInfo {
-            image_sizes: Arc::new(image_sizes(&node)),
+            has_images: !images.is_empty(),
+            image_sizes: Arc::new(images),
+            name: node.metadata.name.clone().unwrap_or_default(),
+            unschedulable: spec.and_then(|s| s.unschedulable).unwrap_or(false),
+            taints: spec.and_then(|s| s.taints.clone()).unwrap_or_default(),
             node,
             allocatable,
             requested: Resources::default(),
@@ -244,7 +259,7 @@ impl NodeInfo {
     }
 
     pub fn name(&self) -> &str {
-        self.node.metadata.name.as_deref().unwrap_or("")
+        &self.name
     }
 
     pub fn labels(&self) -> Option<&Labels> {
@@ -256,6 +271,10 @@ impl NodeInfo {
         let fresh = NodeInfo::new(node);
         self.allocatable = fresh.allocatable;
         self.image_sizes = fresh.image_sizes;
+        self.has_images = fresh.has_images;
+        self.name = fresh.name;
+        self.unschedulable = fresh.unschedulable;
+        self.taints = fresh.taints;
         self.node = fresh.node;
     }
 

@@ -17,11 +17,27 @@ pub struct NodeResourcesBalancedAllocation;
 
 /// Upstream `balancedResourceScorer` over (requested, allocatable) pairs.
 fn balanced_score(dims: &[(i64, i64)]) -> i64 {
-    let fractions: Vec<f64> = dims
-        .iter()
-        .filter(|d| d.1 != 0)
-        .map(|&(req, alloc)| (req as f64 / alloc as f64).min(1.0))
-        .collect();
+    let mut buf = [0f64; 2];
+    let mut spill = Vec::new();
+    let mut len = 0;
+    for &(req, alloc) in dims.iter().filter(|d| d.1 != 0) {
+        let f = (req as f64 / alloc as f64).min(1.0);
+        match buf.get_mut(len) {
+            Some(slot) => *slot = f,
+            None => {
+                if spill.is_empty() {
+                    spill.extend_from_slice(&buf);
+                }
+                spill.push(f);
+            }
+        }
+        len += 1;
+    }
+    let fractions: &[f64] = if spill.is_empty() {
+        &buf[..len]
+    } else {
+        &spill
+    };
     let std = match fractions.len() {
         0 | 1 => 0.0,
         2 => ((fractions[0] - fractions[1]) / 2.0).abs(),

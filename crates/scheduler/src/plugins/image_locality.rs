@@ -47,7 +47,7 @@ impl ScorePlugin for ImageLocality {
         let Some(spec) = pod.spec.as_ref() else {
             return 0;
         };
-        if node.image_sizes.is_empty() {
+        if !node.has_images {
             return calculate_priority(0, spec.containers.len());
         }
         let total = state.snapshot.len().max(1) as f64;

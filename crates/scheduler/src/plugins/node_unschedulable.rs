@@ -13,13 +13,7 @@ pub struct NodeUnschedulable;
 
 impl FilterPlugin for NodeUnschedulable {
     fn filter(&self, _state: &CycleState, pod: &Pod, node: &NodeInfo) -> Status {
-        let unschedulable = node
-            .node
-            .spec
-            .as_ref()
-            .and_then(|s| s.unschedulable)
-            .unwrap_or(false);
-        if !unschedulable {
+        if !node.unschedulable {
             return Status::Success;
         }
         let taint = Taint {

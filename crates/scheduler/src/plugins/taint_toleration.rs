@@ -14,11 +14,7 @@ pub struct TaintToleration;
 pub use apimachinery::taints::{tolerates_taint, tolerations_tolerate_taint};
 
 fn taints(node: &NodeInfo) -> &[Taint] {
-    node.node
-        .spec
-        .as_ref()
-        .and_then(|s| s.taints.as_deref())
-        .unwrap_or_default()
+    &node.taints
 }
 
 fn tolerations(pod: &Pod) -> &[Toleration] {

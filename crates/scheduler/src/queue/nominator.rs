@@ -45,6 +45,11 @@ impl Nominator {
         self.count.store(g.node_of.len(), Ordering::Relaxed);
     }
 
+    /// No pod is nominated anywhere (read without the lock).
+    pub fn is_empty(&self) -> bool {
+        self.count.load(Ordering::Relaxed) == 0
+    }
+
     pub fn nominated_pods_for_node(&self, node: &str) -> Vec<Arc<PodInfo>> {
         if self.count.load(Ordering::Relaxed) == 0 {
             return Vec::new();

@@ -63,12 +63,7 @@ impl Constraint {
                 .as_ref()
                 .and_then(|s| s.tolerations.as_deref())
                 .unwrap_or_default();
-            let taints = node
-                .node
-                .spec
-                .as_ref()
-                .and_then(|s| s.taints.as_deref())
-                .unwrap_or_default();
+            let taints = &node.taints;
             let untolerated = taints.iter().any(|t| {
                 (t.effect == "NoSchedule" || t.effect == "NoExecute")
                     && !tolerations_tolerate_taint(tolerations, t)

@@ -95,6 +95,19 @@ fn main() {
         latencies.push(t.elapsed());
     }
     let took = started.elapsed();
+    // Where the pods went: per zone, and the most on one node (a check on the placement).
+    let snapshot = cache.snapshot();
+    let mut zones = std::collections::BTreeMap::<String, usize>::new();
+    let mut most = 0;
+    for n in &snapshot.nodes {
+        let zone = n
+            .labels()
+            .and_then(|l| l.get("topology.kubernetes.io/zone"))
+            .cloned();
+        *zones.entry(zone.unwrap_or_default()).or_default() += n.pods.len();
+        most = most.max(n.pods.len());
+    }
+    eprintln!("pods per zone {zones:?}, at most {most} on a node");
     latencies.sort();
     let q = |f: f64| latencies[((latencies.len() as f64 * f) as usize).min(latencies.len() - 1)];
     println!(

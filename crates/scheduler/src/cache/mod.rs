@@ -237,6 +237,7 @@ impl Cache {
             snap.set_nodes(nodes);
             self.tree_changed = false;
         } else {
+            snap.begin_update();
             let mut affinity_changed = false;
             for name in self.dirty.iter() {
                 if let Some(info) = self.nodes.get(name) {

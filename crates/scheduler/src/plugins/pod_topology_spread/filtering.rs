@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
 
+use super::counts::includes_every_node;
 use super::{
     count_matching, node_has_all_keys, Constraint, PodTopologySpread,
     ERR_REASON_CONSTRAINTS_NOT_MATCH, ERR_REASON_NODE_LABEL_NOT_MATCH,
@@ -59,18 +60,36 @@ impl CriticalPaths {
 #[derive(Clone, Debug, Default)]
 pub(super) struct PreFilterState {
     pub constraints: Vec<Constraint>,
-    /// topology key -> value -> matching pods.
-    pub counts: HashMap<String, HashMap<String, i64>>,
-    pub critical_paths: HashMap<String, CriticalPaths>,
+    /// Per constraint: topology value -> matching pods (upstream `TpValueToMatchNum`), every
+    /// domain of a counting node present.
+    pub counts: Vec<HashMap<String, i64>>,
+    pub critical_paths: Vec<CriticalPaths>,
 }
 
 impl PreFilterState {
-    fn min_match(&self, key: &str, min_domains: i64) -> i64 {
-        let domains = self.counts.get(key).map_or(0, HashMap::len) as i64;
-        if domains < min_domains {
+    fn new(constraints: Vec<Constraint>, counts: Vec<HashMap<String, i64>>) -> PreFilterState {
+        let critical_paths = counts
+            .iter()
+            .map(|values| {
+                let mut paths = CriticalPaths::default();
+                for (v, n) in values {
+                    paths.update(v, *n);
+                }
+                paths
+            })
+            .collect();
+        PreFilterState {
+            constraints,
+            counts,
+            critical_paths,
+        }
+    }
+
+    fn min_match(&self, c: usize, min_domains: i64) -> i64 {
+        if (self.counts[c].len() as i64) < min_domains {
             return 0;
         }
-        self.critical_paths.get(key).map_or(0, CriticalPaths::min)
+        self.critical_paths[c].min()
     }
 
     /// Upstream `updateWithPod`: `other` added (delta 1) or removed (-1) on `node`.
@@ -82,38 +101,46 @@ impl PreFilterState {
             return;
         }
         let labels = node.labels();
-        for c in &self.constraints {
+        for (i, c) in self.constraints.iter().enumerate() {
             if !c.includes(pod, node) || !c.selector.matches(other.pod.metadata.labels.as_ref()) {
                 continue;
             }
             let Some(value) = labels.and_then(|l| l.get(&c.topology_key)) else {
                 continue;
             };
-            let n = self
-                .counts
-                .entry(c.topology_key.clone())
-                .or_default()
-                .entry(value.clone())
-                .or_insert(0);
+            let n = self.counts[i].entry(value.clone()).or_insert(0);
             *n += delta;
             let n = *n;
-            self.critical_paths
-                .entry(c.topology_key.clone())
-                .or_default()
-                .update(value, n);
+            self.critical_paths[i].update(value, n);
         }
     }
 }
 
 impl PodTopologySpread {
+    /// Upstream `calPreFilterState`, from the kept counts when every node counts for the pod.
     pub(super) fn pre_filter_state(
         &self,
         state: &CycleState,
         pod: &Pod,
         constraints: Vec<Constraint>,
     ) -> PreFilterState {
-        let nodes = &state.snapshot.nodes;
         let ns = pod.metadata.namespace.as_deref().unwrap_or("");
+        if includes_every_node(pod, &constraints) {
+            let counts = self.filter_counts.with(
+                &state.snapshot,
+                ns,
+                &constraints,
+                true,
+                &self.handle.parallelizer,
+                |kept| {
+                    (0..constraints.len())
+                        .map(|c| kept.domains(c).map(|(v, n)| (v.to_string(), n)).collect())
+                        .collect()
+                },
+            );
+            return PreFilterState::new(constraints, counts);
+        }
+        let nodes = &state.snapshot.nodes;
         // Per node: (constraint index, value, count) for the nodes that count.
         let per_node = self.handle.parallelizer.map(nodes.len(), |i| {
             let node = &nodes[i];
@@ -131,26 +158,11 @@ impl PodTopologySpread {
                 })
                 .collect::<Vec<_>>()
         });
-        let mut s = PreFilterState {
-            constraints: Vec::new(),
-            counts: HashMap::new(),
-            critical_paths: HashMap::new(),
-        };
+        let mut counts: Vec<HashMap<String, i64>> = vec![HashMap::new(); constraints.len()];
         for (ci, value, n) in per_node.into_iter().flatten() {
-            *s.counts
-                .entry(constraints[ci].topology_key.clone())
-                .or_default()
-                .entry(value.to_string())
-                .or_insert(0) += n;
+            *counts[ci].entry(value.to_string()).or_insert(0) += n;
         }
-        for (key, values) in &s.counts {
-            let paths = s.critical_paths.entry(key.clone()).or_default();
-            for (v, n) in values {
-                paths.update(v, *n);
-            }
-        }
-        s.constraints = constraints;
-        s
+        PreFilterState::new(constraints, counts)
     }
 }
 
@@ -202,20 +214,15 @@ impl FilterPlugin for PodTopologySpread {
         };
         let pod_labels = pod.metadata.labels.as_ref();
         let labels = node.labels();
-        for c in &s.constraints {
+        for (i, c) in s.constraints.iter().enumerate() {
             let Some(value) = labels.and_then(|l| l.get(&c.topology_key)) else {
                 return Status::UnschedulableAndUnresolvable(
                     ERR_REASON_NODE_LABEL_NOT_MATCH.into(),
                 );
             };
-            let min = s.min_match(&c.topology_key, c.min_domains);
+            let min = s.min_match(i, c.min_domains);
             let self_match = i64::from(c.selector.matches(pod_labels));
-            let matching = s
-                .counts
-                .get(&c.topology_key)
-                .and_then(|m| m.get(value))
-                .copied()
-                .unwrap_or(0);
+            let matching = s.counts[i].get(value).copied().unwrap_or(0);
             if matching + self_match - min > c.max_skew {
                 return Status::Unschedulable(ERR_REASON_CONSTRAINTS_NOT_MATCH.into());
             }

@@ -6,6 +6,7 @@
 //! select the pod. `nodeAffinityPolicy` (default Honor) and `nodeTaintsPolicy` (default Ignore)
 //! decide which nodes count; `matchLabelKeys` add the pod's own label values to the selector.
 
+mod counts;
 mod filtering;
 mod scoring;
 #[cfg(test)]
@@ -80,6 +81,9 @@ pub struct PodTopologySpread {
     handle: Handle,
     default_constraints: Vec<TopologySpreadConstraint>,
     system_defaulted: bool,
+    /// Counts kept between cycles for PreFilter's and PreScore's constraints.
+    filter_counts: counts::Kept,
+    score_counts: counts::Kept,
 }
 
 /// Upstream `systemDefaultConstraints`.
@@ -126,6 +130,8 @@ impl PodTopologySpread {
                 args.default_constraints
             },
             system_defaulted: system,
+            filter_counts: counts::Kept::default(),
+            score_counts: counts::Kept::default(),
         })
     }
 
@@ -246,10 +252,13 @@ impl PodTopologySpread {
 }
 
 /// Upstream `nodeLabelsMatchSpreadConstraints`: the node has every constraint's topology key.
-fn node_has_all_keys(node: &NodeInfo, constraints: &[Constraint]) -> bool {
+fn node_has_all_keys<'a>(
+    node: &NodeInfo,
+    constraints: impl IntoIterator<Item = &'a Constraint>,
+) -> bool {
     let labels = node.labels();
     constraints
-        .iter()
+        .into_iter()
         .all(|c| labels.is_some_and(|l| l.contains_key(&c.topology_key)))
 }
 

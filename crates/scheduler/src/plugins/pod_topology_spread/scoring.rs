@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
 
+use super::counts::includes_every_node;
 use super::{count_matching, node_has_all_keys, Constraint, PodTopologySpread, LABEL_HOSTNAME};
 use crate::framework::{CycleState, NodeInfo, PreScorePlugin, ScorePlugin, Status, MAX_NODE_SCORE};
 
@@ -17,8 +18,9 @@ struct PreScoreState {
     ignored: HashSet<String>,
     /// The same by position in the scored node list (for NormalizeScore).
     ignored_at: Vec<bool>,
-    /// topology key -> value -> matching pods (not for hostname: counted per node in Score).
-    counts: HashMap<String, HashMap<String, i64>>,
+    /// Per constraint: topology value of a feasible node -> matching pods (not for hostname:
+    /// counted per node in Score).
+    counts: Vec<HashMap<String, i64>>,
     weights: Vec<f64>,
 }
 
@@ -42,7 +44,10 @@ impl PreScorePlugin for PodTopologySpread {
         if constraints.is_empty() {
             return Status::Skip;
         }
-        let mut s = PreScoreState::default();
+        let mut s = PreScoreState {
+            counts: vec![HashMap::new(); constraints.len()],
+            ..Default::default()
+        };
         let mut topo_size = vec![0usize; constraints.len()];
         for n in filtered {
             let ignored = require_all && !node_has_all_keys(n, &constraints);
@@ -60,8 +65,7 @@ impl PreScorePlugin for PodTopologySpread {
                     .and_then(|l| l.get(&c.topology_key))
                     .cloned()
                     .unwrap_or_default();
-                let values = s.counts.entry(c.topology_key.clone()).or_default();
-                if let std::collections::hash_map::Entry::Vacant(e) = values.entry(value) {
+                if let std::collections::hash_map::Entry::Vacant(e) = s.counts[i].entry(value) {
                     e.insert(0);
                     topo_size[i] += 1;
                 }
@@ -80,15 +84,51 @@ impl PreScorePlugin for PodTopologySpread {
             })
             .collect();
         let ns = pod.metadata.namespace.as_deref().unwrap_or("");
-        let counts = &s.counts;
+        if includes_every_node(pod, &constraints) {
+            let counts = &mut s.counts;
+            self.score_counts.with(
+                &snapshot,
+                ns,
+                &constraints,
+                require_all,
+                &self.handle.parallelizer,
+                |kept| {
+                    for (i, values) in counts.iter_mut().enumerate() {
+                        for (value, n) in values.iter_mut() {
+                            *n = kept.count(i, value).unwrap_or(0);
+                        }
+                    }
+                },
+            );
+        } else {
+            self.count_from_scratch(pod, all, &constraints, require_all, &mut s.counts);
+        }
+        s.constraints = constraints;
+        state.write(STATE_KEY, s);
+        Status::Success
+    }
+}
+
+impl PodTopologySpread {
+    /// Upstream's PreScore counting over every node, into the domains of the feasible nodes.
+    fn count_from_scratch(
+        &self,
+        pod: &Pod,
+        all: &[Arc<NodeInfo>],
+        constraints: &[Constraint],
+        require_all: bool,
+        counts: &mut [HashMap<String, i64>],
+    ) {
+        let ns = pod.metadata.namespace.as_deref().unwrap_or("");
+        let known: &[HashMap<String, i64>] = counts;
         let per_node = self.handle.parallelizer.map(all.len(), |i| {
             let node = &all[i];
-            if require_all && !node_has_all_keys(node, &constraints) {
+            if require_all && !node_has_all_keys(node, constraints) {
                 return Vec::new();
             }
             let labels = node.labels();
             let mut out = Vec::new();
-            for c in &constraints {
+            for (ci, c) in constraints.iter().enumerate() {
                 if c.topology_key == LABEL_HOSTNAME || !c.includes(pod, node) {
                     continue;
                 }
@@ -97,31 +137,22 @@ impl PreScorePlugin for PodTopologySpread {
                     .map(String::as_str)
                     .unwrap_or("");
                 // Only domains of feasible nodes matter.
-                if counts
-                    .get(&c.topology_key)
-                    .is_some_and(|m| m.contains_key(value))
-                {
-                    out.push((
-                        c.topology_key.as_str(),
-                        value,
-                        count_matching(node, &c.selector, ns),
-                    ));
+                if known[ci].contains_key(value) {
+                    out.push((ci, value, count_matching(node, &c.selector, ns)));
                 }
             }
             out
         });
-        let mut sums: Vec<(String, String, i64)> = Vec::new();
-        for (k, v, n) in per_node.into_iter().flatten() {
-            sums.push((k.to_string(), v.to_string(), n));
-        }
-        for (k, v, n) in sums {
-            if let Some(e) = s.counts.get_mut(&k).and_then(|m| m.get_mut(&v)) {
+        let sums: Vec<(usize, String, i64)> = per_node
+            .into_iter()
+            .flatten()
+            .map(|(ci, v, n)| (ci, v.to_string(), n))
+            .collect();
+        for (ci, v, n) in sums {
+            if let Some(e) = counts[ci].get_mut(&v) {
                 *e += n;
             }
         }
-        s.constraints = constraints;
-        state.write(STATE_KEY, s);
-        Status::Success
     }
 }
 
@@ -143,11 +174,7 @@ impl ScorePlugin for PodTopologySpread {
             let cnt = if c.topology_key == LABEL_HOSTNAME {
                 count_matching(node, &c.selector, ns)
             } else {
-                s.counts
-                    .get(&c.topology_key)
-                    .and_then(|m| m.get(value))
-                    .copied()
-                    .unwrap_or(0)
+                s.counts[i].get(value).copied().unwrap_or(0)
             };
             score += cnt as f64 * s.weights[i] + (c.max_skew - 1) as f64;
         }

@@ -238,14 +238,10 @@ impl Cache {
             self.tree_changed = false;
         } else {
             snap.begin_update();
-            let mut affinity_changed = false;
             for name in self.dirty.iter() {
                 if let Some(info) = self.nodes.get(name) {
-                    affinity_changed |= snap.replace(info.clone());
+                    snap.replace(info.clone());
                 }
-            }
-            if affinity_changed {
-                snap.rebuild_affinity_lists();
             }
         }
         self.dirty.clear();

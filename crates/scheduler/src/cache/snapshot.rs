@@ -79,21 +79,38 @@ impl Snapshot {
         self.version += 1;
     }
 
-    /// Replaces a node's info; true when whether it holds pods with affinity changed.
-    pub(crate) fn replace(&mut self, info: Arc<NodeInfo>) -> bool {
+    /// Replaces a node's info, keeping the lists of nodes with (anti-)affinity pods in order.
+    pub(crate) fn replace(&mut self, info: Arc<NodeInfo>) {
         let Some(&i) = self.index.get(info.name()) else {
-            return false;
+            return;
         };
         if self.journal.len() == JOURNAL_LEN {
             self.journal.pop_front();
         }
         self.journal.push_back((self.version, i));
         let old = &self.nodes[i];
-        let changed = old.pods_with_affinity.is_empty() != info.pods_with_affinity.is_empty()
-            || old.pods_with_required_anti_affinity.is_empty()
-                != info.pods_with_required_anti_affinity.is_empty();
+        let lists = [
+            (
+                &mut self.have_pods_with_affinity,
+                old.pods_with_affinity.is_empty(),
+                info.pods_with_affinity.is_empty(),
+            ),
+            (
+                &mut self.have_pods_with_required_anti_affinity,
+                old.pods_with_required_anti_affinity.is_empty(),
+                info.pods_with_required_anti_affinity.is_empty(),
+            ),
+        ];
+        for (list, was_empty, is_empty) in lists {
+            match (was_empty, is_empty, list.binary_search(&i)) {
+                (true, false, Err(at)) => list.insert(at, i),
+                (false, true, Ok(at)) => {
+                    list.remove(at);
+                }
+                _ => {}
+            }
+        }
         self.nodes[i] = info;
-        changed
     }
 
     /// Indices of the nodes replaced after `version` when the layout is still `layout`; None when

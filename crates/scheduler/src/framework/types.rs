@@ -3,7 +3,7 @@
 //! with the pods placed on it, what they request, their host ports and which of them carry
 //! (anti-)affinity, plus the node's images).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, Pod, PodAffinityTerm, Taint, WeightedPodAffinityTerm};
@@ -15,7 +15,7 @@ use super::HostPort;
 /// A parsed pod (anti-)affinity term (upstream `framework.AffinityTerm`).
 #[derive(Clone, Debug)]
 pub struct AffinityTerm {
-    pub namespaces: HashSet<String>,
+    pub namespaces: rustc_hash::FxHashSet<String>,
     pub selector: Selector,
     pub topology_key: String,
     pub namespace_selector: Selector,
@@ -26,7 +26,8 @@ impl AffinityTerm {
     /// about the pod's own namespace.
     pub fn new(pod: &Pod, term: &PodAffinityTerm) -> Result<AffinityTerm, String> {
         let selector = Selector::from_label_selector(term.label_selector.as_ref())?;
-        let mut namespaces: HashSet<String> = term.namespaces.iter().flatten().cloned().collect();
+        let mut namespaces: rustc_hash::FxHashSet<String> =
+            term.namespaces.iter().flatten().cloned().collect();
         if namespaces.is_empty() && term.namespace_selector.is_none() {
             namespaces.insert(pod.metadata.namespace.clone().unwrap_or_default());
         }

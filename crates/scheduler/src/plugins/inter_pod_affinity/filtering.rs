@@ -1,6 +1,6 @@
 //! InterPodAffinity's PreFilter and Filter (upstream `interpodaffinity/filtering.go`).
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -24,14 +24,24 @@ pub(super) struct Counts(HashMap<String, HashMap<String, i64>>);
 impl Counts {
     fn update(&mut self, node: &NodeInfo, key: &str, delta: i64) {
         if let Some(v) = topology_value(node, key) {
-            let m = self.0.entry(key.to_string()).or_default();
-            let e = m.entry(v.clone()).or_insert(0);
-            *e += delta;
-            if *e == 0 {
-                m.remove(v);
-                if m.is_empty() {
-                    self.0.remove(key);
-                }
+            self.add(key, v, delta);
+        }
+    }
+
+    fn add(&mut self, key: &str, value: &str, delta: i64) {
+        let m = match self.0.get_mut(key) {
+            Some(m) => m,
+            None => self.0.entry(key.to_string()).or_default(),
+        };
+        let e = match m.get_mut(value) {
+            Some(e) => e,
+            None => m.entry(value.to_string()).or_insert(0),
+        };
+        *e += delta;
+        if *e == 0 {
+            m.remove(value);
+            if m.is_empty() {
+                self.0.remove(key);
             }
         }
     }
@@ -69,15 +79,6 @@ impl Counts {
         for t in terms {
             if t.matches(pod, ns_labels) {
                 self.update(node, &t.topology_key, d);
-            }
-        }
-    }
-
-    fn merge(&mut self, other: Counts) {
-        for (k, m) in other.0 {
-            let dst = self.0.entry(k).or_default();
-            for (v, n) in m {
-                *dst.entry(v).or_insert(0) += n;
             }
         }
     }
@@ -172,24 +173,36 @@ impl PreFilterPlugin for InterPodAffinity {
         if !pi.required_affinity_terms.is_empty() || !pi.required_anti_affinity_terms.is_empty() {
             let nodes = &snapshot.nodes;
             let pi = &pi;
+            // Per node, only what matched: (affinity?, topology key, value). Most nodes have no
+            // matching pod, and then cost no allocation.
             let per_node = self.handle.parallelizer.map(nodes.len(), |i| {
                 let node = &nodes[i];
-                let (mut a, mut aa) = (Counts::default(), Counts::default());
+                let mut hits: Vec<(bool, &str, &str)> = Vec::new();
                 for other in &node.pods {
-                    a.with_affinity_terms(&pi.required_affinity_terms, &other.pod, node, 1);
-                    aa.with_anti_affinity_terms(
-                        &pi.required_anti_affinity_terms,
-                        &other.pod,
-                        None,
-                        node,
-                        1,
-                    );
+                    if matches_all(&pi.required_affinity_terms, &other.pod) {
+                        for t in &pi.required_affinity_terms {
+                            if let Some(v) = topology_value(node, &t.topology_key) {
+                                hits.push((true, &t.topology_key, v));
+                            }
+                        }
+                    }
+                    for t in &pi.required_anti_affinity_terms {
+                        if t.matches(&other.pod, None) {
+                            if let Some(v) = topology_value(node, &t.topology_key) {
+                                hits.push((false, &t.topology_key, v));
+                            }
+                        }
+                    }
                 }
-                (a, aa)
+                hits
             });
-            for (a, aa) in per_node {
-                affinity.merge(a);
-                anti.merge(aa);
+            for (is_affinity, key, value) in per_node.into_iter().flatten() {
+                let counts = if is_affinity {
+                    &mut affinity
+                } else {
+                    &mut anti
+                };
+                counts.add(key, value, 1);
             }
         }
         if existing.is_empty()

@@ -1,6 +1,6 @@
 //! InterPodAffinity's PreScore, Score and NormalizeScore (upstream `interpodaffinity/scoring.go`).
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -167,13 +167,13 @@ impl PreScorePlugin for InterPodAffinity {
             } else {
                 &node.pods_with_affinity
             };
-            let mut m = ScoreMap::new();
+            let mut m = ScoreMap::default();
             for existing in pods {
                 self.process_existing_pod(pi, ns, existing, node, &mut m);
             }
             m
         });
-        let mut total = ScoreMap::new();
+        let mut total = ScoreMap::default();
         for m in per_node {
             for (k, values) in m {
                 let dst = total.entry(k).or_default();

@@ -10,7 +10,7 @@
 //! constraint honours taints); [`includes_every_node`] tells, and the plugin counts from scratch
 //! otherwise.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::Pod;
@@ -99,7 +99,7 @@ impl DomainCounts {
             layout: 0,
             version: 0,
             values: vec![Vec::new(); n],
-            ids: vec![HashMap::new(); n],
+            ids: vec![HashMap::default(); n],
             node_domain: vec![Vec::new(); n],
             node_count: vec![Vec::new(); n],
             domain_nodes: vec![Vec::new(); n],

@@ -1,6 +1,6 @@
 //! PodTopologySpread's PreFilter and Filter (upstream `podtopologyspread/filtering.go`).
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -158,7 +158,7 @@ impl PodTopologySpread {
                 })
                 .collect::<Vec<_>>()
         });
-        let mut counts: Vec<HashMap<String, i64>> = vec![HashMap::new(); constraints.len()];
+        let mut counts: Vec<HashMap<String, i64>> = vec![HashMap::default(); constraints.len()];
         for (ci, value, n) in per_node.into_iter().flatten() {
             *counts[ci].entry(value.to_string()).or_insert(0) += n;
         }

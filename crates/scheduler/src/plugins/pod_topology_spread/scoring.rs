@@ -1,6 +1,6 @@
 //! PodTopologySpread's PreScore, Score and NormalizeScore (upstream `podtopologyspread/scoring.go`).
 
-use std::collections::{HashMap, HashSet};
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::Pod;
@@ -45,7 +45,7 @@ impl PreScorePlugin for PodTopologySpread {
             return Status::Skip;
         }
         let mut s = PreScoreState {
-            counts: vec![HashMap::new(); constraints.len()],
+            counts: vec![HashMap::default(); constraints.len()],
             ..Default::default()
         };
         let mut topo_size = vec![0usize; constraints.len()];

@@ -117,6 +117,9 @@ pub(crate) struct Shared {
     pub(crate) recorder: Recorder,
     percentage: usize,
     last_cleanup: Mutex<Instant>,
+    /// Bounds the `PodScheduled=False` status writes in flight (one HTTP/1.1 connection each), so
+    /// that thousands of unschedulable pods do not open thousands of connections.
+    status_writes: tokio::sync::Semaphore,
 }
 
 impl Shared {
@@ -227,6 +230,7 @@ pub async fn run_checked(client: kube::Client, config: SchedulerConfig) -> Resul
         nominator,
         percentage: cfg.percentage_of_nodes_to_score.unwrap_or(0).max(0) as usize,
         last_cleanup: Mutex::new(Instant::now()),
+        status_writes: tokio::sync::Semaphore::new(crate::plugins::default_binder::MAX_IN_FLIGHT),
     });
     let pods = informers.start(shared.clone()).await;
     let mut next_start = 0usize;
@@ -602,6 +606,9 @@ async fn report_unschedulable(
         .unwrap_or_default();
     let nomination_changes = nominated.as_ref().is_some_and(|n| *n != current_nomination);
     if !already || nomination_changes {
+        let Ok(_slot) = shared.status_writes.acquire().await else {
+            return;
+        };
         let now = jiff::Timestamp::now()
             .strftime("%Y-%m-%dT%H:%M:%SZ")
             .to_string();

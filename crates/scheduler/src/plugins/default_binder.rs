@@ -1,4 +1,8 @@
-//! DefaultBinder (upstream `defaultbinder`): binds the pod with a `pods/binding` POST.
+//! DefaultBinder (upstream `defaultbinder`): binds the pod with a `pods/binding` POST. At most
+//! [`MAX_IN_FLIGHT`] bindings are in flight: the kube client speaks HTTP/1.1, so every concurrent
+//! request holds a connection of its own, and a scheduler starting with thousands of pending pods
+//! would otherwise open (and TLS-handshake) thousands of connections at once. Upstream's client-go
+//! multiplexes HTTP/2 streams and is rate-limited by its QPS instead.
 
 use futures::future::BoxFuture;
 use futures::FutureExt;
@@ -7,10 +11,27 @@ use kube::api::PostParams;
 use kube::Api;
 use serde_json::json;
 
+use std::sync::Arc;
+
+use tokio::sync::Semaphore;
+
 use crate::framework::{BindPlugin, CycleState, Plugin, Status};
 
+/// Binding requests in flight at once.
+pub const MAX_IN_FLIGHT: usize = 32;
+
 pub struct DefaultBinder {
-    pub client: Option<kube::Client>,
+    client: Option<kube::Client>,
+    in_flight: Arc<Semaphore>,
+}
+
+impl DefaultBinder {
+    pub fn new(client: Option<kube::Client>) -> DefaultBinder {
+        DefaultBinder {
+            client,
+            in_flight: Arc::new(Semaphore::new(MAX_IN_FLIGHT)),
+        }
+    }
 }
 
 impl Plugin for DefaultBinder {
@@ -44,6 +65,9 @@ impl BindPlugin for DefaultBinder {
             };
             let ns = pod.metadata.namespace.as_deref().unwrap_or("");
             let name = pod.metadata.name.as_deref().unwrap_or("");
+            let Ok(_slot) = self.in_flight.acquire().await else {
+                return Status::Error("binder closed".into());
+            };
             match Api::<Pod>::namespaced(client, ns)
                 .create_subresource::<_, serde_json::Value>(
                     "binding",

@@ -126,7 +126,7 @@ pub fn new_plugin(
         "DefaultPreemption" => Arc::new(DefaultPreemption::new(args(name, a)?, h)?),
         "NodeResourcesBalancedAllocation" => Arc::new(NodeResourcesBalancedAllocation),
         "ImageLocality" => Arc::new(ImageLocality),
-        "DefaultBinder" => Arc::new(DefaultBinder { client: h.client }),
+        "DefaultBinder" => Arc::new(DefaultBinder::new(h.client)),
         other if UNIMPLEMENTED.contains(&other) => {
             return Err(format!("plugin {other:?} is not implemented by rkube"))
         }

@@ -55,7 +55,7 @@ ticks=$(getconf CLK_TCK)
 cpu_of() { awk -v t="$ticks" '{printf "%.2f", ($14 + $15) / t}' "/proc/$1/stat"; }
 machine_cpu() { awk -v t="$ticks" '/^cpu /{printf "%.2f", ($2 + $3 + $4 + $7 + $8) / t}' /proc/stat; }
 kubelet_cpu0=$(cpu_of "$kubelet_pid"); machine_cpu0=$(machine_cpu)
-"$bin" bench schedule --kubeconfig "$kubeconfig" --pods "$pods" --concurrency 8 --cpu 10m --memory 8Mi --command "sleep 3600"
+"$bin" bench schedule --kubeconfig "$kubeconfig" --pods "$pods" --concurrency 8 --cpu 10m --memory 8Mi --image busybox --command "sleep 3600"
 rss() { awk '/VmRSS/{print $2}' "/proc/$1/status"; }
 containerd_pid=$(pgrep -P "$kubelet_pid" -f containerd | head -1 || true)
 echo "kubelet RSS with $pods pods running: $(( $(rss "$kubelet_pid") / 1024 )) MiB"

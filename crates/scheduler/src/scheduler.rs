@@ -403,9 +403,7 @@ pub fn schedule_in_memory(
     let mut state = CycleState::new(cache.snapshot());
     match schedule_pod(fw, &mut state, &pod, next_start, percentage) {
         Ok(node) => {
-            let mut assumed = (*pod).clone();
-            assumed.spec.get_or_insert_with(Default::default).node_name = Some(node.clone());
-            cache.assume_info(Arc::new(PodInfo::new(Arc::new(assumed))), &node);
+            cache.assume_info(Arc::new(PodInfo::new(pod)), &node);
             Ok(node)
         }
         Err(Failure::Error(msg)) => Err(msg),
@@ -519,11 +517,12 @@ fn assume_and_bind(
     node: String,
     mut state: CycleState,
 ) {
-    let mut assumed = (*pod).clone();
-    assumed.spec.get_or_insert_with(Default::default).node_name = Some(node.clone());
+    // The cache records the node an assumed pod is placed on and no plugin reads an assumed
+    // pod's `spec.nodeName`, so the pod object is shared rather than deep-copied (upstream copies
+    // it to set `nodeName`).
     shared
         .cache()
-        .assume_info(Arc::new(PodInfo::new(Arc::new(assumed))), &node);
+        .assume_info(Arc::new(PodInfo::new(pod.clone())), &node);
     let fail = |shared: &Arc<Shared>, state: &mut CycleState, status: Status| {
         fw.run_unreserve(state, &pod, &node);
         shared.cache().forget(key);

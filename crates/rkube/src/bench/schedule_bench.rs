@@ -67,6 +67,9 @@ pub struct ScheduleBenchArgs {
     /// Memory request of each pod.
     #[arg(long, default_value = "500Mi")]
     memory: String,
+    /// The pods' image (scheduler_perf's pause; real nodes need one they have, e.g. busybox).
+    #[arg(long, default_value = "registry.k8s.io/pause:3.10")]
+    image: String,
     /// The pods' command, split on spaces (real nodes: keep the containers running, e.g. "sleep 3600").
     #[arg(long)]
     command: Option<String>,
@@ -304,6 +307,7 @@ async fn create_pods(
         .as_ref()
         .map(|c| c.split_whitespace().map(String::from).collect());
     let (scenario, cpu, memory) = (args.scenario.clone(), args.cpu.clone(), args.memory.clone());
+    let image = args.image.clone();
     let created_in = created.clone();
     create_all(count, args.concurrency, move |i| {
         let (pods, created, command, bind_to) = (
@@ -313,12 +317,14 @@ async fn create_pods(
             bind_to.clone(),
         );
         let (scenario, cpu, memory) = (scenario.clone(), cpu.clone(), memory.clone());
+        let image = image.clone();
         Box::pin(async move {
             let name = format!("p-{run_id}-{i}");
             let mut pod: Pod =
                 serde_json::from_value(pod_for(&scenario, init, &name, &cpu, &memory)?)
                     .map_err(|e| e.to_string())?;
             let spec = pod.spec.get_or_insert_with(Default::default);
+            spec.containers[0].image = Some(image);
             if let Some(cmd) = command {
                 spec.containers[0].command = Some(cmd);
             }
@@ -335,6 +341,25 @@ async fn create_pods(
     .await?;
     let created = lock(&created).clone();
     Ok(created)
+}
+
+/// CPU seconds (user + system) this process has used: with the in-process cluster, everything
+/// (API server, scheduler, this client); less disturbed by other load on the machine than wall time.
+fn process_cpu_seconds() -> f64 {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return 0.0;
+    };
+    // Fields after the command name (which is in parentheses and may hold spaces).
+    let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    // utime and stime are fields 14 and 15 of stat(5), 12 and 13 after the name.
+    (ticks(11) + ticks(12)) / 100.0
 }
 
 /// scheduler_perf's throughput collector: bound pods counted every second once the first is bound
@@ -414,6 +439,7 @@ pub async fn run(args: ScheduleBenchArgs) -> Result<(), String> {
     }
 
     let sampler = (!args.pending).then(|| tokio::spawn(sample_throughput(seen.clone(), args.pods)));
+    let cpu_before = process_cpu_seconds();
     let first = Instant::now();
     let created = create_pods(&client, &args, NAMESPACE, args.pods, false, None).await?;
     let created_all = first.elapsed();
@@ -429,6 +455,7 @@ pub async fn run(args: ScheduleBenchArgs) -> Result<(), String> {
         None => (first, sampler.ok_or("no sampler")?),
     };
     wait_for("bound", args.pods, || seen.bound()).await?;
+    let cpu_per_pod_ms = (process_cpu_seconds() - cpu_before) * 1000.0 / args.pods as f64;
     let mut samples = sampler.await.map_err(|e| e.to_string())?;
     eprintln!(
         "throughput samples (pods/s, one a second): {:?}",
@@ -488,6 +515,9 @@ pub async fn run(args: ScheduleBenchArgs) -> Result<(), String> {
         if args.pending { "-".to_string() } else { format!("{:.1}", ms(bound_lat.value_at_quantile(0.5))) },
         if args.pending { "-".to_string() } else { format!("{:.1}", ms(bound_lat.value_at_quantile(0.99))) },
     );
+    if local.is_some() {
+        println!("CPU of this process (API server, scheduler, client) from the first measured create to the last bind: {cpu_per_pod_ms:.3} ms per pod");
+    }
     if wait_running {
         let (running_s, running_lat) = summarize(&lock(&seen.running).clone())?;
         println!(

@@ -341,6 +341,44 @@ mod tests {
     }
 
     #[test]
+    fn the_snapshot_journal_names_the_nodes_changed_since_a_version() {
+        let mut c = Cache::default();
+        for n in ["a", "b", "c"] {
+            c.update_node(node(n));
+        }
+        let s1 = c.snapshot();
+        let (v1, layout) = (s1.version, s1.layout);
+        drop(s1);
+        assert_eq!(c.snapshot().changed_since(v1, layout), Some(vec![]));
+        c.assume(pod("p", Some("b"), "Pending"), "b");
+        let s2 = c.snapshot();
+        let b = s2.index_of("b").unwrap();
+        assert_eq!(s2.changed_since(v1, layout), Some(vec![b]));
+        assert_eq!(s2.changed_since(s2.version, layout), Some(vec![]));
+        assert_eq!(s2.changed_since(v1, layout + 1), None, "another layout");
+        assert_eq!(
+            s2.changed_since(s2.version + 1, layout),
+            None,
+            "ahead of it"
+        );
+        let v2 = s2.version;
+        drop(s2);
+        c.assume(pod("q", Some("a"), "Pending"), "a");
+        c.assume(pod("r", Some("c"), "Pending"), "c");
+        let s3 = c.snapshot();
+        let mut since_v1 = s3.changed_since(v1, layout).unwrap();
+        since_v1.sort();
+        assert_eq!(since_v1, vec![0, 1, 2]);
+        assert_eq!(s3.changed_since(v2, layout).unwrap().len(), 2);
+        drop(s3);
+        // A new node: a new layout, and nothing is known of the old one.
+        c.update_node(node("d"));
+        let s4 = c.snapshot();
+        assert_ne!(s4.layout, layout);
+        assert_eq!(s4.changed_since(v2, layout), None);
+    }
+
+    #[test]
     fn assumed_pods_expire_after_binding_unless_confirmed() {
         let mut c = Cache::default();
         c.update_node(node("n1"));

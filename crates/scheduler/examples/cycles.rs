@@ -73,6 +73,10 @@ fn main() {
         Arc::new(Nominator::default()),
     )
     .unwrap();
+    eprintln!(
+        "NodeInfo is {} bytes",
+        std::mem::size_of::<scheduler::framework::NodeInfo>()
+    );
     let mut cache = Cache::default();
     for i in 0..nodes {
         cache.update_node(node(i));

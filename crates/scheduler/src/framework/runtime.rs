@@ -354,6 +354,7 @@ impl Framework {
             let window = (wanted - feasible.len()).max(64).min(n - processed);
             let base = start + processed;
             let results = self.parallelizer().map(window, |j| {
+                prefetch(&nodes[(base + j + PREFETCH_AHEAD) % n]);
                 self.filter_with_nominated(filters, state, pod, &nodes[(base + j) % n])
             });
             for (j, (status, plugin)) in results.into_iter().enumerate() {
@@ -409,6 +410,9 @@ impl Framework {
         // Node-major: every plugin's raw score of one node, computed together.
         const INLINE: usize = 8;
         let rows: Vec<([i64; INLINE], Vec<i64>)> = self.parallelizer().map(nodes.len(), |i| {
+            if let Some(ahead) = nodes.get(i + PREFETCH_AHEAD) {
+                prefetch(ahead);
+            }
             let node = &nodes[i];
             let mut row = [0i64; INLINE];
             let mut spill = Vec::new();
@@ -608,6 +612,29 @@ impl Framework {
             }
         }
     }
+}
+
+/// How many nodes ahead of the one being filtered its successor's info is prefetched.
+const PREFETCH_AHEAD: usize = 4;
+
+/// Asks the CPU to load the start of a node's info ahead of use: with thousands of nodes the
+/// infos are not in cache, and filtering them in order otherwise waits on each in turn.
+#[inline(always)]
+fn prefetch(node: &Arc<NodeInfo>) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let p = Arc::as_ptr(node) as *const i8;
+        // SAFETY: prefetching is a hint and never faults, whatever the address.
+        unsafe {
+            use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+            _mm_prefetch::<_MM_HINT_T0>(p);
+            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(64));
+            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(128));
+            _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(192));
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = node;
 }
 
 /// The first failing filter's status and name.

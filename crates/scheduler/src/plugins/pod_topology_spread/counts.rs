@@ -42,7 +42,7 @@ pub(super) fn includes_every_node(pod: &Pod, constraints: &[Constraint]) -> bool
     });
     constraints
         .iter()
-        .all(|c| !c.honor_node_taints && !(c.honor_node_affinity && has_node_affinity))
+        .all(|c| !(c.honor_node_taints || c.honor_node_affinity && has_node_affinity))
 }
 
 /// What the counts depend on.

@@ -34,6 +34,12 @@ pub struct Running {
 }
 
 impl Running {
+    /// The server's state, for tests that drive handlers directly.
+    #[cfg(test)]
+    pub(crate) fn api(&self) -> &Arc<ApiServer> {
+        &self.api
+    }
+
     /// Serves until the process is stopped.
     pub async fn wait(self) {
         let _ = self.accept.await;

@@ -242,6 +242,12 @@ impl WatchCache {
         self.read().objects.get(key).cloned()
     }
 
+    /// Puts an object version back in place, as if the cache had not seen the writes after it.
+    #[cfg(test)]
+    pub(crate) fn make_stale(&self, key: &str, obj: Arc<CachedObject>) {
+        self.write().objects.insert(key.to_string(), obj);
+    }
+
     /// Registers a watcher. Must be called with the global revision `current` the cache has reached.
     pub fn subscribe(
         &self,

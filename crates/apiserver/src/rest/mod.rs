@@ -13,6 +13,8 @@ pub mod strategy;
 mod table;
 pub mod typed;
 mod update;
+#[cfg(test)]
+mod update_tests;
 mod watch;
 mod write;
 

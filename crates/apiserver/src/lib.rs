@@ -23,6 +23,7 @@ pub mod openapi;
 pub mod request;
 pub mod response;
 pub mod rest;
+pub mod selectable;
 pub mod server;
 pub mod serviceaccount;
 pub mod watch_cache;

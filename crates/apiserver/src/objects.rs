@@ -85,26 +85,76 @@ pub fn rfc3339_in(seconds: i64) -> String {
 
 /// Serializes an object for storage: `apiVersion`, `kind`, `metadata` first, without
 /// `metadata.resourceVersion`.
+///
+/// Written straight from the borrowed object (no reordered copy is built first): the bytes are the
+/// same as serializing a copy with `apiVersion`, `kind` and `metadata` moved to the front and
+/// `resourceVersion` taken out of `metadata` with `Map::remove` (which swaps the last key into its
+/// place), which is what stored objects have always looked like.
 pub fn encode_for_storage(obj: &Value) -> Bytes {
-    let mut ordered = Map::new();
-    if let Value::Object(map) = obj {
-        for key in ["apiVersion", "kind", "metadata"] {
+    let mut out = Vec::with_capacity(1024);
+    let written = match obj {
+        Value::Object(map) => serde_json::to_writer(&mut out, &StorageLayout(map)),
+        _ => serde_json::to_writer(&mut out, &Map::new()),
+    };
+    if written.is_err() {
+        out.clear();
+    }
+    Bytes::from(out)
+}
+
+/// An object in the stored layout (see [`encode_for_storage`]).
+struct StorageLayout<'a>(&'a Map<String, Value>);
+
+impl serde::Serialize for StorageLayout<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let map = self.0;
+        let mut out = s.serialize_map(None)?;
+        for key in ["apiVersion", "kind"] {
             if let Some(v) = map.get(key) {
-                ordered.insert(key.to_string(), v.clone());
+                out.serialize_entry(key, v)?;
             }
         }
-        if let Some(Value::Object(m)) = ordered.get_mut("metadata") {
-            m.remove("resourceVersion");
-        } else {
-            ordered.insert("metadata".into(), Value::Object(Map::new()));
+        match map.get("metadata") {
+            Some(Value::Object(meta)) => out.serialize_entry("metadata", &WithoutVersion(meta))?,
+            // A metadata that is not an object is stored as an empty one.
+            _ => out.serialize_entry("metadata", &Map::new())?,
         }
         for (k, v) in map {
-            if !ordered.contains_key(k) {
-                ordered.insert(k.clone(), v.clone());
+            if !matches!(k.as_str(), "apiVersion" | "kind" | "metadata") {
+                out.serialize_entry(k, v)?;
             }
         }
+        out.end()
     }
-    Bytes::from(serde_json::to_vec(&Value::Object(ordered)).unwrap_or_default())
+}
+
+/// Metadata without `resourceVersion`, in the order `Map::remove` (a swap remove) leaves.
+struct WithoutVersion<'a>(&'a Map<String, Value>);
+
+impl serde::Serialize for WithoutVersion<'_> {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let meta = self.0;
+        let mut out = s.serialize_map(None)?;
+        let at = meta.keys().position(|k| k == "resourceVersion");
+        let last = meta.len().saturating_sub(1);
+        for (i, (k, v)) in meta.iter().enumerate() {
+            match at {
+                Some(at) if i == at => {
+                    // The last entry takes the removed one's place (unless it was the last).
+                    if at != last {
+                        if let Some((lk, lv)) = meta.iter().next_back() {
+                            out.serialize_entry(lk, lv)?;
+                        }
+                    }
+                }
+                Some(at) if i == last && at != last => {}
+                _ => out.serialize_entry(k, v)?,
+            }
+        }
+        out.end()
+    }
 }
 
 const META_OPEN: &[u8] = b"\"metadata\":{";
@@ -186,6 +236,48 @@ mod tests {
         let empty = encode_for_storage(&json!({"apiVersion": "v1", "kind": "X"}));
         let served: Value = serde_json::from_slice(&with_resource_version(&empty, 7)).unwrap();
         assert_eq!(served["metadata"]["resourceVersion"], "7");
+    }
+
+    /// The former implementation (a reordered copy), which [`encode_for_storage`] must match byte for byte.
+    fn encode_by_copy(obj: &Value) -> Bytes {
+        let mut ordered = Map::new();
+        if let Value::Object(map) = obj {
+            for key in ["apiVersion", "kind", "metadata"] {
+                if let Some(v) = map.get(key) {
+                    ordered.insert(key.to_string(), v.clone());
+                }
+            }
+            if let Some(Value::Object(m)) = ordered.get_mut("metadata") {
+                m.remove("resourceVersion");
+            } else {
+                ordered.insert("metadata".into(), Value::Object(Map::new()));
+            }
+            for (k, v) in map {
+                if !ordered.contains_key(k) {
+                    ordered.insert(k.clone(), v.clone());
+                }
+            }
+        }
+        Bytes::from(serde_json::to_vec(&Value::Object(ordered)).unwrap_or_default())
+    }
+
+    #[test]
+    fn stored_bytes_match_the_reordered_copy() {
+        let cases = [
+            json!({"spec": {"a": 1}, "metadata": {"resourceVersion": "3", "name": "a", "uid": "u", "labels": {"x": "y"}}, "kind": "Pod", "apiVersion": "v1"}),
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "a", "resourceVersion": "3", "uid": "u"}}),
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "a", "uid": "u", "resourceVersion": "3"}}),
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"resourceVersion": "3"}}),
+            json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "a"}, "data": {"metadata": "x"}}),
+            json!({"data": {"k": "v"}, "kind": "ConfigMap"}),
+            json!({"apiVersion": "v1", "metadata": "not an object", "z": null}),
+            json!({}),
+            json!([1, 2]),
+            json!("text"),
+        ];
+        for obj in cases {
+            assert_eq!(encode_for_storage(&obj), encode_by_copy(&obj), "{obj}");
+        }
     }
 
     #[test]

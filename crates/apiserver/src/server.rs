@@ -34,6 +34,12 @@ pub struct Running {
 }
 
 impl Running {
+    /// The server's state, for tests that drive handlers directly.
+    #[cfg(test)]
+    pub(crate) fn api(&self) -> &Arc<ApiServer> {
+        &self.api
+    }
+
     /// Serves until the process is stopped.
     pub async fn wait(self) {
         let _ = self.accept.await;
@@ -78,6 +84,13 @@ fn tls_config(pki: &Pki) -> Result<rustls::ServerConfig, String> {
         .with_single_cert(certs, key)
         .map_err(|e| format!("serving certificate: {e}"))?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    // Stateless session tickets (as Go's TLS server, upstream's, issues by default): HTTP/1.1 clients
+    // open a connection per concurrent request, and with rustls's default 256-entry server session
+    // cache nearly every reconnect in a burst found its session evicted and paid a full handshake
+    // (certificate signing and client certificate verification on both sides). A ticket carries the
+    // session, client certificate included, so any ticket a client holds resumes.
+    config.ticketer =
+        rustls::crypto::ring::Ticketer::new().map_err(|e| format!("TLS session tickets: {e}"))?;
     Ok(config)
 }
 

@@ -171,6 +171,8 @@ pub struct WatchCache {
     pub storage: String,
     group: String,
     resource: String,
+    /// The paths selectors read: all of an event's object that is decoded.
+    shape: crate::selectable::Shape,
     inner: RwLock<CacheInner>,
 }
 
@@ -202,6 +204,9 @@ impl WatchCache {
             storage: storage.to_string(),
             group: group.to_string(),
             resource: resource.to_string(),
+            shape: crate::selectable::Shape::for_selectors(crate::filter::selectable_fields(
+                group, resource,
+            )),
             inner: RwLock::new(CacheInner::default()),
         }
     }
@@ -216,7 +221,7 @@ impl WatchCache {
 
     pub fn make_object(&self, raw: &[u8], rv: i64) -> Option<Arc<CachedObject>> {
         let json = objects::with_resource_version(raw, rv);
-        let value: serde_json::Value = serde_json::from_slice(&json).ok()?;
+        let value = crate::selectable::decode(&json, &self.shape).ok()?;
         let attrs = Attrs::of(&self.group, &self.resource, &value);
         Some(Arc::new(CachedObject { json, attrs, rv }))
     }
@@ -235,6 +240,12 @@ impl WatchCache {
 
     pub fn get(&self, key: &str) -> Option<Arc<CachedObject>> {
         self.read().objects.get(key).cloned()
+    }
+
+    /// Puts an object version back in place, as if the cache had not seen the writes after it.
+    #[cfg(test)]
+    pub(crate) fn make_stale(&self, key: &str, obj: Arc<CachedObject>) {
+        self.write().objects.insert(key.to_string(), obj);
     }
 
     /// Registers a watcher. Must be called with the global revision `current` the cache has reached.

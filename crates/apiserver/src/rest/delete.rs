@@ -407,34 +407,19 @@ pub async fn bind_pod(ctx: &Ctx<'_>, body: Bytes) -> Result<Response<Body>, ApiE
             &[err],
         ));
     }
+    // As other updates, the first attempt starts from the watch cache's copy (see `rest::update`):
+    // the write is conditional on its revision, and a refusal is confirmed against storage.
+    let mut from_cache = true;
     for _ in 0..MAX_RETRIES {
-        let (mut pod, rv) = ctx.current(ctx.namespace(), ctx.name()).await?;
-        if let Some(uid) = binding.pointer("/metadata/uid").and_then(Value::as_str) {
-            if objects::meta_str(&pod, "uid") != Some(uid) {
-                return Err(ApiError::conflict(
-                    &ctx.qualified(),
-                    ctx.name(),
-                    "the UID in the binding does not match the pod",
-                ));
+        let (mut pod, rv, is_current) = ctx
+            .current_for_update(ctx.namespace(), ctx.name(), from_cache)
+            .await?;
+        from_cache = false;
+        if let Err(e) = check_bindable(ctx, &binding, &pod) {
+            if is_current || ctx.still_at(ctx.namespace(), ctx.name(), rv).await? {
+                return Err(e);
             }
-        }
-        if objects::meta_str(&pod, "deletionTimestamp").is_some() {
-            return Err(ApiError::conflict(
-                &ctx.qualified(),
-                ctx.name(),
-                "pod is being deleted, cannot be assigned to a host",
-            ));
-        }
-        if let Some(current) = pod
-            .pointer("/spec/nodeName")
-            .and_then(Value::as_str)
-            .filter(|n| !n.is_empty())
-        {
-            return Err(ApiError::conflict(
-                &ctx.qualified(),
-                ctx.name(),
-                &format!("pod {} is already assigned to node {current:?}", ctx.name()),
-            ));
+            continue;
         }
         pod["spec"]["nodeName"] = node.clone().into();
         add_condition(
@@ -471,6 +456,38 @@ pub async fn bind_pod(ctx: &Ctx<'_>, body: Bytes) -> Result<Response<Body>, ApiE
         ctx.name(),
         "too many concurrent updates; try again",
     ))
+}
+
+/// Why a pod cannot take a binding: another pod (UID), being deleted, or already bound.
+fn check_bindable(ctx: &Ctx<'_>, binding: &Value, pod: &Value) -> Result<(), ApiError> {
+    if let Some(uid) = binding.pointer("/metadata/uid").and_then(Value::as_str) {
+        if objects::meta_str(pod, "uid") != Some(uid) {
+            return Err(ApiError::conflict(
+                &ctx.qualified(),
+                ctx.name(),
+                "the UID in the binding does not match the pod",
+            ));
+        }
+    }
+    if objects::meta_str(pod, "deletionTimestamp").is_some() {
+        return Err(ApiError::conflict(
+            &ctx.qualified(),
+            ctx.name(),
+            "pod is being deleted, cannot be assigned to a host",
+        ));
+    }
+    if let Some(current) = pod
+        .pointer("/spec/nodeName")
+        .and_then(Value::as_str)
+        .filter(|n| !n.is_empty())
+    {
+        return Err(ApiError::conflict(
+            &ctx.qualified(),
+            ctx.name(),
+            &format!("pod {} is already assigned to node {current:?}", ctx.name()),
+        ));
+    }
+    Ok(())
 }
 
 pub(super) fn add_condition(pod: &mut Value, condition: Value) {

@@ -12,6 +12,9 @@ mod reviews;
 pub mod strategy;
 mod table;
 pub mod typed;
+mod update;
+#[cfg(test)]
+mod update_tests;
 mod watch;
 mod write;
 
@@ -111,6 +114,41 @@ impl Ctx<'_> {
             .and_then(|rv| rv.parse().ok())
             .unwrap_or(0);
         Ok((obj, rv))
+    }
+
+    /// The object an update starts from, its revision, and whether it was read from storage: with
+    /// `from_cache`, the watch cache's copy when it has one (upstream's `cachedExistingObject`),
+    /// which may be behind storage; see [`update`] for how such a start is confirmed.
+    pub async fn current_for_update(
+        &self,
+        namespace: &str,
+        name: &str,
+        from_cache: bool,
+    ) -> Result<(Value, i64, bool), ApiError> {
+        if from_cache {
+            if let Some(cached) = self.cache().get(&self.key(namespace, name)) {
+                let obj: Value = serde_json::from_slice(&cached.json).map_err(|e| {
+                    ApiError::internal(format!(
+                        "cached object {namespace}/{name} is not valid JSON: {e}"
+                    ))
+                })?;
+                return Ok((obj, cached.rv, false));
+            }
+        }
+        let (obj, rv) = self.current(namespace, name).await?;
+        Ok((obj, rv, true))
+    }
+
+    /// Whether storage still holds the object at revision `rv` (404 when it is gone).
+    pub async fn still_at(&self, namespace: &str, name: &str, rv: i64) -> Result<bool, ApiError> {
+        let kv = self
+            .api
+            .store
+            .get(&self.key(namespace, name))
+            .await
+            .map_err(storage_error)?
+            .ok_or_else(|| ApiError::not_found(&self.qualified(), name))?;
+        Ok(kv.mod_revision == rv)
     }
 
     /// The current stored object as served JSON bytes (no decoding), or 404.

@@ -13,9 +13,6 @@ use super::{decode, storage_error, strategy, typed, Ctx};
 use crate::response::Body;
 use crate::{admission, objects};
 
-/// Attempts of an unconditional update before giving up on a hot object.
-const MAX_RETRIES: usize = 20;
-
 pub async fn create(ctx: &Ctx<'_>, body: Bytes) -> Result<Response<Body>, ApiError> {
     if ctx.req.name.is_some() {
         return Err(ApiError::method_not_supported(
@@ -193,7 +190,7 @@ async fn create_tracked(ctx: &Ctx<'_>, mut obj: Value, track: bool) -> Result<By
 }
 
 /// The admission attributes of a write to the object the request names.
-fn admission_attributes<'a>(
+pub(super) fn admission_attributes<'a>(
     ctx: &'a Ctx<'_>,
     sub: Option<&'a str>,
     operation: admission::Operation,
@@ -213,7 +210,7 @@ fn admission_attributes<'a>(
 }
 
 /// The field manager of the request (`fieldManager`, else the user agent's product name).
-fn field_manager(ctx: &Ctx<'_>) -> Result<String, ApiError> {
+pub(super) fn field_manager(ctx: &Ctx<'_>) -> Result<String, ApiError> {
     let user_agent = ctx
         .headers
         .get(http::header::USER_AGENT)
@@ -221,7 +218,7 @@ fn field_manager(ctx: &Ctx<'_>) -> Result<String, ApiError> {
     fieldmanager::manager_name(ctx.query.get("fieldManager"), user_agent)
 }
 
-fn operation<'a>(
+pub(super) fn operation<'a>(
     ctx: &'a Ctx<'_>,
     sub: Option<&'a str>,
     manager: &'a str,
@@ -324,7 +321,9 @@ pub async fn update(
     let precondition = precondition
         .map(|rv| objects::parse_resource_version(&rv).map_err(ApiError::bad_request))
         .transpose()?;
-    let mut resp = guaranteed_update(ctx, sub, precondition, true, |_old| Ok(obj.clone())).await?;
+    let mut resp =
+        super::update::guaranteed_update(ctx, sub, precondition, true, |_old| Ok(obj.clone()))
+            .await?;
     add_warnings(&mut resp, &warnings);
     Ok(resp)
 }
@@ -406,7 +405,7 @@ pub async fn patch(
         };
         Ok(patched)
     };
-    guaranteed_update(ctx, sub, None, true, apply).await
+    super::update::guaranteed_update(ctx, sub, None, true, apply).await
 }
 
 /// `PatchOptions` validation errors (422), as upstream words them.
@@ -484,7 +483,7 @@ async fn server_side_apply(
         let now = objects::now_rfc3339();
         fieldmanager::apply(&operation(ctx, sub, &manager, &now), old, &config, force)
     };
-    match guaranteed_update(ctx, sub, None, false, |old| apply(Some(old))).await {
+    match super::update::guaranteed_update(ctx, sub, None, false, |old| apply(Some(old))).await {
         Err(e) if e.code == 404 && sub.is_none() => {
             let mut obj = apply(None)?;
             objects::set_meta(&mut obj, "name", ctx.name());
@@ -494,169 +493,6 @@ async fn server_side_apply(
         }
         other => other,
     }
-}
-
-/// Reads the current object, computes the new one with `make`, and writes it with the current
-/// revision as precondition; retries on conflict unless the client gave its own precondition.
-async fn guaranteed_update(
-    ctx: &Ctx<'_>,
-    sub: Option<&str>,
-    precondition: Option<i64>,
-    track: bool,
-    make: impl Fn(&Value) -> Result<Value, ApiError>,
-) -> Result<Response<Body>, ApiError> {
-    let manager = if track {
-        field_manager(ctx)?
-    } else {
-        String::new()
-    };
-    for _ in 0..MAX_RETRIES {
-        let (mut old, old_rv) = ctx.current(ctx.namespace(), ctx.name()).await?;
-        if let Some(conversion) = ctx.read_conversion() {
-            conversion.apply(&mut old);
-        }
-        let mut new = make(&old)?;
-        // A resourceVersion in the new object (a PUT body, or one a patch set) is a precondition.
-        let body_rv = objects::meta_str(&new, "resourceVersion")
-            .and_then(|rv| rv.parse::<i64>().ok())
-            .filter(|rv| *rv > 0);
-        if let Some(rv) = precondition.or(body_rv) {
-            if rv != old_rv {
-                return Err(ApiError::conflict_modified(&ctx.qualified(), ctx.name()));
-            }
-        }
-        new = match sub {
-            None => {
-                // Defaults first, so that fields the client left to defaulting compare equal.
-                apimachinery::defaults::apply_defaults(
-                    &ctx.resource.group,
-                    &ctx.resource.kind,
-                    &mut new,
-                );
-                if let Some(info) = &ctx.crd {
-                    crate::crd::handler::default(info, &ctx.resource.version, &mut new);
-                }
-                strategy::prepare_for_update(&ctx.resource, &mut new, &old);
-                new
-            }
-            Some("status") => {
-                strategy::prepare_for_status_update(&mut new, &old);
-                new
-            }
-            Some("scale") => {
-                let replicas = new
-                    .pointer("/spec/replicas")
-                    .and_then(Value::as_i64)
-                    .unwrap_or(0);
-                let mut scaled = old.clone();
-                match &ctx.crd {
-                    Some(info) => crate::crd::handler::set_replicas(
-                        info,
-                        &ctx.resource.version,
-                        &mut scaled,
-                        replicas,
-                    )?,
-                    None => scaled["spec"]["replicas"] = replicas.into(),
-                }
-                strategy::prepare_for_update(&ctx.resource, &mut scaled, &old);
-                scaled
-            }
-            Some("finalize") => {
-                let mut finalized = old.clone();
-                finalized["spec"]["finalizers"] = new
-                    .pointer("/spec/finalizers")
-                    .cloned()
-                    .unwrap_or(Value::Array(vec![]));
-                finalized
-            }
-            Some("approval") | Some("ephemeralcontainers") | Some("resize") => {
-                let field = if sub == Some("approval") {
-                    "status"
-                } else {
-                    "spec"
-                };
-                let mut merged = old.clone();
-                merged[field] = new.get(field).cloned().unwrap_or(Value::Null);
-                merged
-            }
-            Some(other) => {
-                return Err(ApiError::method_not_supported(
-                    &ctx.qualified(),
-                    &format!("update {other}"),
-                ))
-            }
-        };
-        if !manager.is_empty() {
-            let now = objects::now_rfc3339();
-            let tracked = match sub {
-                None | Some("status") | Some("scale") => sub,
-                // Other subresources write through the main resource's fields.
-                Some(_) => None,
-            };
-            fieldmanager::on_update(&operation(ctx, tracked, &manager, &now), &old, &mut new)?;
-        }
-        let mut errors = apimachinery::validation::validate_update(
-            &ctx.resource.group,
-            &ctx.resource.kind,
-            &new,
-            &old,
-        );
-        if let Some(info) = &ctx.crd {
-            errors.extend(crate::crd::handler::validate(
-                info,
-                &ctx.resource.version,
-                &new,
-                Some(&old),
-                sub == Some("status"),
-            ));
-        }
-        if !errors.is_empty() {
-            return Err(ApiError::invalid(
-                &ctx.qualified_kind(),
-                ctx.name(),
-                &errors,
-            ));
-        }
-        let attrs = admission_attributes(ctx, sub, admission::Operation::Update);
-        admission::validate(ctx.api, &attrs, &new, Some(&old)).await?;
-        objects::set_meta(&mut new, "resourceVersion", old_rv.to_string());
-        if new == old || ctx.dry_run() {
-            let json = serde_json::to_vec(&new).map_err(ApiError::internal)?;
-            return respond(ctx, sub, json.into());
-        }
-        if super::delete::should_delete_after_update(ctx, &new) {
-            return super::delete::delete_now(ctx, &new, old_rv).await;
-        }
-        let key = ctx.key(ctx.namespace(), ctx.name());
-        ctx.to_stored(&mut new);
-        match ctx
-            .api
-            .store
-            .update(&key, objects::encode_for_storage(&new), Some(old_rv))
-            .await
-        {
-            Ok(kv) => {
-                return respond(
-                    ctx,
-                    sub,
-                    objects::with_resource_version(&kv.value, kv.mod_revision),
-                )
-            }
-            Err(storage::Error::Conflict { .. }) if precondition.is_none() => continue,
-            Err(storage::Error::Conflict { .. }) => {
-                return Err(ApiError::conflict_modified(&ctx.qualified(), ctx.name()))
-            }
-            Err(storage::Error::NotFound { .. }) => {
-                return Err(ApiError::not_found(&ctx.qualified(), ctx.name()))
-            }
-            Err(e) => return Err(storage_error(e)),
-        }
-    }
-    Err(ApiError::conflict(
-        &ctx.qualified(),
-        ctx.name(),
-        "too many concurrent updates; try again",
-    ))
 }
 
 /// The `Scale` view of an object: a CRD's scale paths for custom resources.
@@ -671,7 +507,11 @@ pub fn scale_view(
     }
 }
 
-fn respond(ctx: &Ctx<'_>, sub: Option<&str>, json: Bytes) -> Result<Response<Body>, ApiError> {
+pub(super) fn respond(
+    ctx: &Ctx<'_>,
+    sub: Option<&str>,
+    json: Bytes,
+) -> Result<Response<Body>, ApiError> {
     if sub == Some("scale") {
         let mut obj: Value = serde_json::from_slice(&json).map_err(ApiError::internal)?;
         if let Some(conversion) = ctx.read_conversion() {

@@ -1,0 +1,241 @@
+//! The update loop under PUT and PATCH (upstream `etcd3.store.GuaranteedUpdate`): read the object,
+//! compute the new one, write it conditionally on the revision read, retry on conflict.
+//!
+//! As upstream (whose cacher passes the watch cache's copy as `cachedExistingObject`), the first
+//! attempt starts from the watch cache's copy when it has one, saving a storage read and decode per
+//! update. That copy may be behind storage, so nothing computed from it is final until confirmed: the
+//! write is conditional on its revision, and an error, a no-op or a dry-run result computed from it is
+//! returned only if storage still holds that revision (`origStateIsCurrent`); otherwise the attempt is
+//! redone from storage.
+
+use apimachinery::fieldmanager;
+use apimachinery::status::ApiError;
+use http::Response;
+use serde_json::Value;
+
+use super::write::{admission_attributes, field_manager, operation, respond};
+use super::{storage_error, strategy, Ctx};
+use crate::response::Body;
+use crate::{admission, objects};
+
+/// Attempts of an unconditional update before giving up on a hot object.
+const MAX_RETRIES: usize = 20;
+
+/// How one attempt ended.
+enum Attempt {
+    /// Written (or deleted): final.
+    Done(Response<Body>),
+    /// Nothing written (no change, or a dry run): final if the starting point was current.
+    Unchanged(Response<Body>),
+    /// Start again from storage.
+    Retry,
+}
+
+/// Reads the current object, computes the new one with `make`, and writes it with the current
+/// revision as precondition; retries on conflict unless the client gave its own precondition.
+pub(super) async fn guaranteed_update(
+    ctx: &Ctx<'_>,
+    sub: Option<&str>,
+    precondition: Option<i64>,
+    track: bool,
+    make: impl Fn(&Value) -> Result<Value, ApiError>,
+) -> Result<Response<Body>, ApiError> {
+    let manager = if track {
+        field_manager(ctx)?
+    } else {
+        String::new()
+    };
+    let mut from_cache = true;
+    for _ in 0..MAX_RETRIES {
+        let (mut old, old_rv, is_current) = ctx
+            .current_for_update(ctx.namespace(), ctx.name(), from_cache)
+            .await?;
+        from_cache = false;
+        if let Some(conversion) = ctx.read_conversion() {
+            conversion.apply(&mut old);
+        }
+        let attempt = attempt(
+            ctx,
+            sub,
+            precondition,
+            &manager,
+            &make,
+            (old, old_rv, is_current),
+        )
+        .await;
+        match attempt {
+            Ok(Attempt::Done(resp)) => return Ok(resp),
+            Ok(Attempt::Retry) => continue,
+            Ok(Attempt::Unchanged(resp)) => {
+                if is_current || ctx.still_at(ctx.namespace(), ctx.name(), old_rv).await? {
+                    return Ok(resp);
+                }
+            }
+            Err(e) => {
+                if is_current || ctx.still_at(ctx.namespace(), ctx.name(), old_rv).await? {
+                    return Err(e);
+                }
+            }
+        }
+    }
+    Err(ApiError::conflict(
+        &ctx.qualified(),
+        ctx.name(),
+        "too many concurrent updates; try again",
+    ))
+}
+
+/// One attempt from `old` (at revision `old_rv`; `is_current` when read from storage).
+async fn attempt(
+    ctx: &Ctx<'_>,
+    sub: Option<&str>,
+    precondition: Option<i64>,
+    manager: &str,
+    make: &impl Fn(&Value) -> Result<Value, ApiError>,
+    (old, old_rv, is_current): (Value, i64, bool),
+) -> Result<Attempt, ApiError> {
+    let mut new = make(&old)?;
+    // A resourceVersion in the new object (a PUT body, or one a patch set) is a precondition.
+    let body_rv = objects::meta_str(&new, "resourceVersion")
+        .and_then(|rv| rv.parse::<i64>().ok())
+        .filter(|rv| *rv > 0);
+    if let Some(rv) = precondition.or(body_rv) {
+        if rv != old_rv {
+            return Err(ApiError::conflict_modified(&ctx.qualified(), ctx.name()));
+        }
+    }
+    new = match sub {
+        None => {
+            // Defaults first, so that fields the client left to defaulting compare equal.
+            apimachinery::defaults::apply_defaults(
+                &ctx.resource.group,
+                &ctx.resource.kind,
+                &mut new,
+            );
+            if let Some(info) = &ctx.crd {
+                crate::crd::handler::default(info, &ctx.resource.version, &mut new);
+            }
+            strategy::prepare_for_update(&ctx.resource, &mut new, &old);
+            new
+        }
+        Some("status") => {
+            strategy::prepare_for_status_update(&mut new, &old);
+            new
+        }
+        Some("scale") => {
+            let replicas = new
+                .pointer("/spec/replicas")
+                .and_then(Value::as_i64)
+                .unwrap_or(0);
+            let mut scaled = old.clone();
+            match &ctx.crd {
+                Some(info) => crate::crd::handler::set_replicas(
+                    info,
+                    &ctx.resource.version,
+                    &mut scaled,
+                    replicas,
+                )?,
+                None => scaled["spec"]["replicas"] = replicas.into(),
+            }
+            strategy::prepare_for_update(&ctx.resource, &mut scaled, &old);
+            scaled
+        }
+        Some("finalize") => {
+            let mut finalized = old.clone();
+            finalized["spec"]["finalizers"] = new
+                .pointer("/spec/finalizers")
+                .cloned()
+                .unwrap_or(Value::Array(vec![]));
+            finalized
+        }
+        Some("approval") | Some("ephemeralcontainers") | Some("resize") => {
+            let field = if sub == Some("approval") {
+                "status"
+            } else {
+                "spec"
+            };
+            let mut merged = old.clone();
+            merged[field] = new.get(field).cloned().unwrap_or(Value::Null);
+            merged
+        }
+        Some(other) => {
+            return Err(ApiError::method_not_supported(
+                &ctx.qualified(),
+                &format!("update {other}"),
+            ))
+        }
+    };
+    if !manager.is_empty() {
+        let now = objects::now_rfc3339();
+        let tracked = match sub {
+            None | Some("status") | Some("scale") => sub,
+            // Other subresources write through the main resource's fields.
+            Some(_) => None,
+        };
+        fieldmanager::on_update(&operation(ctx, tracked, manager, &now), &old, &mut new)?;
+    }
+    let mut errors = apimachinery::validation::validate_update(
+        &ctx.resource.group,
+        &ctx.resource.kind,
+        &new,
+        &old,
+    );
+    if let Some(info) = &ctx.crd {
+        errors.extend(crate::crd::handler::validate(
+            info,
+            &ctx.resource.version,
+            &new,
+            Some(&old),
+            sub == Some("status"),
+        ));
+    }
+    if !errors.is_empty() {
+        return Err(ApiError::invalid(
+            &ctx.qualified_kind(),
+            ctx.name(),
+            &errors,
+        ));
+    }
+    let attrs = admission_attributes(ctx, sub, admission::Operation::Update);
+    admission::validate(ctx.api, &attrs, &new, Some(&old)).await?;
+    objects::set_meta(&mut new, "resourceVersion", old_rv.to_string());
+    if new == old || ctx.dry_run() {
+        let json = serde_json::to_vec(&new).map_err(ApiError::internal)?;
+        return Ok(Attempt::Unchanged(respond(ctx, sub, json.into())?));
+    }
+    if super::delete::should_delete_after_update(ctx, &new) {
+        if !is_current {
+            // A delete is decided on the current object only.
+            return Ok(Attempt::Retry);
+        }
+        return super::delete::delete_now(ctx, &new, old_rv)
+            .await
+            .map(Attempt::Done);
+    }
+    let key = ctx.key(ctx.namespace(), ctx.name());
+    ctx.to_stored(&mut new);
+    match ctx
+        .api
+        .store
+        .update(&key, objects::encode_for_storage(&new), Some(old_rv))
+        .await
+    {
+        Ok(kv) => respond(
+            ctx,
+            sub,
+            objects::with_resource_version(&kv.value, kv.mod_revision),
+        )
+        .map(Attempt::Done),
+        // A stale starting point conflicts too: retry from storage, which decides the precondition.
+        Err(storage::Error::Conflict { .. }) if precondition.is_none() || !is_current => {
+            Ok(Attempt::Retry)
+        }
+        Err(storage::Error::Conflict { .. }) => {
+            Err(ApiError::conflict_modified(&ctx.qualified(), ctx.name()))
+        }
+        Err(storage::Error::NotFound { .. }) => {
+            Err(ApiError::not_found(&ctx.qualified(), ctx.name()))
+        }
+        Err(e) => Err(storage_error(e)),
+    }
+}

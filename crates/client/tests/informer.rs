@@ -548,6 +548,50 @@ async fn informer_factory_users_share_one_watch() {
         .await;
         let x = metadata.store().get("share/x").expect("cached");
         assert_eq!(x.metadata.labels.as_ref().expect("labels")["app"], "web");
+        // managedFields are kept unless the informer trims them, from watch events and from a list.
+        let tracked = PostParams {
+            field_manager: Some("informer-test".into()),
+            ..PostParams::default()
+        };
+        api.create(&tracked, &cm("m", "web", "0"))
+            .await
+            .expect("create m");
+        eventually("both informers see m", CONVERGE, || {
+            first.store().get("share/m").is_some() && metadata.store().get("share/m").is_some()
+        })
+        .await;
+        let full = first.store().get("share/m").expect("cached in full");
+        assert!(full.metadata.managed_fields.is_some(), "{full:?}");
+        let m = metadata.store().get("share/m").expect("cached");
+        assert!(m.metadata.managed_fields.is_some(), "{m:?}");
+        let trimmed = InformerConfig::new().trim_managed_fields();
+        let listed = client::informer::metadata_informer(api.clone(), trimmed.clone());
+        let watched = SharedInformer::new(
+            Arc::new(client::informer::ApiListerWatcher::new(api.clone())),
+            trimmed,
+        );
+        listed.start();
+        watched.start();
+        synced(&watched).await;
+        api.create(&tracked, &cm("n", "web", "0"))
+            .await
+            .expect("create n");
+        eventually("a trimming informer that watched n", CONVERGE, || {
+            watched.store().get("share/n").is_some()
+        })
+        .await;
+        let n = watched.store().get("share/n").expect("watched");
+        assert!(n.metadata.managed_fields.is_none(), "{n:?}");
+        watched.stop();
+        eventually(
+            "a trimming metadata informer that lists m",
+            CONVERGE,
+            || listed.store().get("share/m").is_some(),
+        )
+        .await;
+        let m = listed.store().get("share/m").expect("listed");
+        assert!(m.metadata.managed_fields.is_none(), "{m:?}");
+        listed.stop();
         // One list and one watch served both users.
         let stats = first.stats();
         assert_eq!((stats.lists, stats.watches), (1, 1), "{stats:?}");

@@ -411,9 +411,11 @@ pub async fn run_selected(
     selected: Vec<&'static ControllerDescriptor>,
     options: ControllerOptions,
 ) {
+    // managedFields trimmed from every cached object: no controller reads them (writes of a
+    // cached object without them keep the server's).
     let factory = Arc::new(SharedInformerFactory::new(
         client.clone(),
-        InformerConfig::new(),
+        InformerConfig::new().trim_managed_fields(),
     ));
     let contexts: Vec<ControllerContext> = selected
         .iter()

@@ -115,7 +115,9 @@ fn on_assigned_pod(shared: &Shared, pod: &Arc<Pod>) {
 
 impl Informers {
     pub(crate) fn new(client: kube::Client) -> Informers {
-        let factory = SharedInformerFactory::new(client, InformerConfig::new());
+        // The scheduler never reads managedFields: not caching them saves most of a pod's metadata.
+        let factory =
+            SharedInformerFactory::new(client, InformerConfig::new().trim_managed_fields());
         Informers {
             nodes: factory.informer::<Node>(),
             pods: factory.informer::<Pod>(),

@@ -124,6 +124,11 @@ pub struct ReflectorConfig {
     /// The first wait after a failed list or watch; doubled per failure up to `max_backoff`.
     pub initial_backoff: Duration,
     pub max_backoff: Duration,
+    /// Drop `metadata.managedFields` from every object as it arrives (client-go's common
+    /// `TrimManagedFields` transform): controllers never read them from a cache, and they are often
+    /// the largest part of an object's metadata. A write of a cached object without them keeps the
+    /// server's (an absent list means "unchanged").
+    pub trim_managed_fields: bool,
 }
 
 impl Default for ReflectorConfig {
@@ -135,6 +140,7 @@ impl Default for ReflectorConfig {
             watch_timeout: Duration::from_secs(290),
             initial_backoff: Duration::from_millis(800),
             max_backoff: Duration::from_secs(30),
+            trim_managed_fields: false,
         }
     }
 }
@@ -339,6 +345,13 @@ impl<K: Resource + Clone + Send + 'static> Reflector<K> {
         }
     }
 
+    /// What every object goes through before it reaches the store.
+    fn transform(&self, object: &mut K) {
+        if self.config.trim_managed_fields {
+            object.meta_mut().managed_fields = None;
+        }
+    }
+
     /// Lists every page; returns the objects and the list's resourceVersion. An expired continue
     /// token (410 between pages) falls back to one unpaged list, as upstream's pager does.
     async fn list_all(&self) -> Result<(Vec<K>, String), kube::Error> {
@@ -362,7 +375,11 @@ impl<K: Resource + Clone + Send + 'static> Reflector<K> {
             if rv.is_none() {
                 rv = page.metadata.resource_version.clone();
             }
+            let first_new = items.len();
             items.extend(page.items);
+            items[first_new..]
+                .iter_mut()
+                .for_each(|o| self.transform(o));
             match page.metadata.continue_ {
                 Some(c) if !c.is_empty() => token = Some(c),
                 _ => break,
@@ -415,15 +432,18 @@ impl<K: Resource + Clone + Send + 'static> Reflector<K> {
                 }
             };
             let (delta, obj_rv) = match item {
-                Ok(WatchEvent::Added(o)) => {
+                Ok(WatchEvent::Added(mut o)) => {
+                    self.transform(&mut o);
                     let v = o.meta().resource_version.clone();
                     (Delta::Added(o), v)
                 }
-                Ok(WatchEvent::Modified(o)) => {
+                Ok(WatchEvent::Modified(mut o)) => {
+                    self.transform(&mut o);
                     let v = o.meta().resource_version.clone();
                     (Delta::Modified(o), v)
                 }
-                Ok(WatchEvent::Deleted(o)) => {
+                Ok(WatchEvent::Deleted(mut o)) => {
+                    self.transform(&mut o);
                     let v = o.meta().resource_version.clone();
                     (Delta::Deleted(o), v)
                 }

@@ -67,6 +67,12 @@ impl InformerConfig {
         self
     }
 
+    /// Objects are cached without `metadata.managedFields` (see [`ReflectorConfig`]).
+    pub fn trim_managed_fields(mut self) -> Self {
+        self.reflector.trim_managed_fields = true;
+        self
+    }
+
     pub fn resync(mut self, period: Duration) -> Self {
         self.resync_period = period;
         self

@@ -271,7 +271,7 @@ impl Gc {
 
     fn start_monitor(&self, resource: &ApiResource) -> Arc<SharedInformer<Meta>> {
         let api = Api::<DynamicObject>::all_with(self.client.clone(), resource);
-        let informer = metadata_informer(api, InformerConfig::new());
+        let informer = metadata_informer(api, InformerConfig::new().trim_managed_fields());
         let (r1, r2, r3) = (resource.clone(), resource.clone(), resource.clone());
         let (t1, t2, t3) = (
             self.changes.clone(),

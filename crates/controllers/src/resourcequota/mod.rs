@@ -424,7 +424,7 @@ impl Ctx {
         api_resource: &ApiResource,
     ) -> Arc<SharedInformer<Meta>> {
         let api = Api::<DynamicObject>::all_with(self.client.clone(), api_resource);
-        let informer = metadata_informer(api, InformerConfig::new());
+        let informer = metadata_informer(api, InformerConfig::new().trim_managed_fields());
         let weak = Arc::downgrade(self);
         let (group, resource) = (group.to_string(), resource.to_string());
         informer.add_event_handler(EventHandlerFuncs::new().on_delete(

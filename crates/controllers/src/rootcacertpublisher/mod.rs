@@ -74,7 +74,17 @@ pub async fn run(c: &crate::ControllerContext) {
         tracing::warn!("no root CA (--root-ca-file): the root CA publisher does not run");
         return;
     };
-    let cm_informer = c.factory.informer::<ConfigMap>();
+    // Only the one ConfigMap per namespace this controller owns: a cache of every ConfigMap (as
+    // upstream keeps) would cost memory in proportion to all of them and react to none of the rest.
+    let cm_informer = c.factory.informer_for_api(
+        Api::<ConfigMap>::all(c.client.clone()),
+        Some(
+            c.factory
+                .defaults()
+                .clone()
+                .fields(format!("metadata.name={CONFIG_MAP_NAME}")),
+        ),
+    );
     let ns_informer = c.factory.informer::<Namespace>();
     let queue = RateLimitingQueue::with_config(
         default_controller_rate_limiter::<String>(),

@@ -197,14 +197,8 @@ fn sample_rss(
     let Some(pid) = args.server_pid else {
         return Ok(());
     };
-    let path = format!("/proc/{pid}/status");
-    let status = std::fs::read_to_string(&path).map_err(|e| format!("{path}: {e}"))?;
-    let kib: f64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .ok_or_else(|| format!("{path}: no VmRSS line"))?;
-    rss.push((point.to_string(), kib / 1024.0));
+    let mib = super::proc_status_mib(&pid.to_string(), "VmRSS")?;
+    rss.push((point.to_string(), mib));
     Ok(())
 }
 

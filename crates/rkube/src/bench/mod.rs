@@ -29,3 +29,27 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
         Scenario::Schedule(args) => schedule_bench::run(args).await,
     }
 }
+
+/// A memory figure of a process from `/proc/<pid>/status` in MiB (`field`: `VmRSS`, `VmHWM`...).
+fn proc_status_mib(pid: &str, field: &str) -> Result<f64, String> {
+    let path = format!("/proc/{pid}/status");
+    let status = std::fs::read_to_string(&path).map_err(|e| format!("{path}: {e}"))?;
+    let kib: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .ok_or_else(|| format!("{path}: no {field} line"))?;
+    Ok(kib / 1024.0)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn proc_status_reads_memory_fields() {
+        let rss = super::proc_status_mib("self", "VmRSS").expect("VmRSS");
+        let peak = super::proc_status_mib("self", "VmHWM").expect("VmHWM");
+        assert!(rss > 0.0 && peak > 0.0, "rss {rss} peak {peak}");
+        // A prefix of a field is not the field.
+        assert!(super::proc_status_mib("self", "VmR").is_err());
+    }
+}

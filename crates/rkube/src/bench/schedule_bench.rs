@@ -517,6 +517,12 @@ pub async fn run(args: ScheduleBenchArgs) -> Result<(), String> {
     );
     if local.is_some() {
         println!("CPU of this process (API server, scheduler, client) from the first measured create to the last bind: {cpu_per_pod_ms:.3} ms per pod");
+        let mib = |field| super::proc_status_mib("self", field).map_or(f64::NAN, |m| m);
+        println!(
+            "memory of this process: RSS {:.1} MiB now, {:.1} MiB at its peak",
+            mib("VmRSS"),
+            mib("VmHWM")
+        );
     }
     if wait_running {
         let (running_s, running_lat) = summarize(&lock(&seen.running).clone())?;

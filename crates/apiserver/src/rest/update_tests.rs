@@ -122,17 +122,21 @@ async fn a_stale_cached_copy_is_never_the_last_word() {
         "Operation cannot be fulfilled on pods \"p\": pod p is already assigned to node \"n1\""
     );
 
+    // The same label patch, sent twice: first to change the pod, then as a no-op.
+    let label_patch = || {
+        call(
+            &api,
+            Verb::Patch,
+            None,
+            "application/merge-patch+json",
+            json!({"metadata": {"labels": {"a": "b"}}}),
+        )
+    };
+
     // A patch computed from the stale copy is redone from storage.
     cache.make_stale(KEY, unbound.clone());
     let before = stored_rv(&api).await;
-    let (code, patched) = call(
-        &api,
-        Verb::Patch,
-        None,
-        "application/merge-patch+json",
-        json!({"metadata": {"labels": {"a": "b"}}}),
-    )
-    .await;
+    let (code, patched) = label_patch().await;
     assert_eq!(code, 200, "{patched}");
     assert_eq!(patched["spec"]["nodeName"], "n1");
     assert_eq!(patched["metadata"]["labels"]["a"], "b");
@@ -148,14 +152,7 @@ async fn a_stale_cached_copy_is_never_the_last_word() {
 
     // A no-op patch on a stale copy is checked against storage, not answered from the copy.
     cache.make_stale(KEY, unbound.clone());
-    let (code, same) = call(
-        &api,
-        Verb::Patch,
-        None,
-        "application/merge-patch+json",
-        json!({"metadata": {"labels": {"a": "b"}}}),
-    )
-    .await;
+    let (code, same) = label_patch().await;
     assert_eq!(code, 200);
     assert_eq!(same["metadata"]["resourceVersion"], current.rv.to_string());
     assert_eq!(same["spec"]["nodeName"], "n1");

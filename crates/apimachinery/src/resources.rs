@@ -203,6 +203,18 @@ const BUILTIN: &[Spec] = &[
         ],
     )),
     s("", "PodTemplate", "podtemplates", NS, &[], &[]),
+    // Computed on each read from the health of storage and the components, never stored.
+    verbs(
+        s(
+            "",
+            "ComponentStatus",
+            "componentstatuses",
+            CLUSTER,
+            &["cs"],
+            &[],
+        ),
+        &["get", "list"],
+    ),
     all(gen(s(
         "",
         "ReplicationController",
@@ -349,6 +361,22 @@ const BUILTIN: &[Spec] = &[
         &[],
     )),
     s(
+        "networking.k8s.io",
+        "IPAddress",
+        "ipaddresses",
+        CLUSTER,
+        &["ip"],
+        &[],
+    ),
+    s(
+        "networking.k8s.io",
+        "ServiceCIDR",
+        "servicecidrs",
+        CLUSTER,
+        &[],
+        &["status"],
+    ),
+    s(
         "rbac.authorization.k8s.io",
         "ClusterRoleBinding",
         "clusterrolebindings",
@@ -414,6 +442,14 @@ const BUILTIN: &[Spec] = &[
         &[],
         &["status"],
     ),
+    gen(s(
+        "storage.k8s.io",
+        "VolumeAttributesClass",
+        "volumeattributesclasses",
+        CLUSTER,
+        &["vac"],
+        &[],
+    )),
     s(
         "node.k8s.io",
         "RuntimeClass",
@@ -530,6 +566,81 @@ const BUILTIN: &[Spec] = &[
         &[],
     )),
     gen(s(
+        "admissionregistration.k8s.io",
+        "MutatingAdmissionPolicy",
+        "mutatingadmissionpolicies",
+        CLUSTER,
+        &[],
+        &[],
+    )),
+    gen(s(
+        "admissionregistration.k8s.io",
+        "MutatingAdmissionPolicyBinding",
+        "mutatingadmissionpolicybindings",
+        CLUSTER,
+        &[],
+        &[],
+    )),
+    // resource.k8s.io/v1 (dynamic resource allocation).
+    gen(s(
+        "resource.k8s.io",
+        "DeviceClass",
+        "deviceclasses",
+        CLUSTER,
+        &[],
+        &[],
+    )),
+    s(
+        "resource.k8s.io",
+        "ResourceClaim",
+        "resourceclaims",
+        NS,
+        &[],
+        &["status"],
+    ),
+    s(
+        "resource.k8s.io",
+        "ResourceClaimTemplate",
+        "resourceclaimtemplates",
+        NS,
+        &[],
+        &[],
+    ),
+    s(
+        "resource.k8s.io",
+        "ResourceSlice",
+        "resourceslices",
+        CLUSTER,
+        &[],
+        &[],
+    ),
+    // flowcontrol.apiserver.k8s.io/v1 (API priority and fairness configuration).
+    gen(s(
+        "flowcontrol.apiserver.k8s.io",
+        "FlowSchema",
+        "flowschemas",
+        CLUSTER,
+        &[],
+        &["status"],
+    )),
+    gen(s(
+        "flowcontrol.apiserver.k8s.io",
+        "PriorityLevelConfiguration",
+        "prioritylevelconfigurations",
+        CLUSTER,
+        &[],
+        &["status"],
+    )),
+    // kube-aggregator's APIServices; the local ones are created at start (bootstrap).
+    s(
+        "apiregistration.k8s.io",
+        "APIService",
+        "apiservices",
+        CLUSTER,
+        &[],
+        &["status"],
+    ),
+    gen(s(
         "apiextensions.k8s.io",
         "CustomResourceDefinition",
         "customresourcedefinitions",
@@ -548,7 +659,10 @@ pub fn builtin() -> Vec<Resource> {
             if spec.all {
                 categories.push("all".to_string());
             }
-            if spec.group == "apiextensions.k8s.io" {
+            if matches!(
+                spec.group,
+                "apiextensions.k8s.io" | "admissionregistration.k8s.io" | "apiregistration.k8s.io"
+            ) {
                 categories.push("api-extensions".to_string());
             }
             out.push(Resource {

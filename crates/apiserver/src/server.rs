@@ -269,8 +269,12 @@ fn public(path: &str) -> Response<Body> {
     if path.starts_with("/version") {
         let version = json!({
             "major": "1",
-            "minor": "33",
-            "gitVersion": concat!("v1.33.0-rkube.", env!("CARGO_PKG_VERSION")),
+            "minor": "36",
+            "emulationMajor": "1",
+            "emulationMinor": "36",
+            "minCompatibilityMajor": "1",
+            "minCompatibilityMinor": "35",
+            "gitVersion": concat!("v1.36.0-rkube.", env!("CARGO_PKG_VERSION")),
             "gitCommit": "",
             "gitTreeState": "clean",
             "buildDate": "1970-01-01T00:00:00Z",

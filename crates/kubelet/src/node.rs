@@ -19,7 +19,7 @@ use crate::cri::Runtime;
 use crate::machine::{kibibytes, MachineInfo};
 
 pub const LEASE_NAMESPACE: &str = "kube-node-lease";
-pub const KUBELET_VERSION: &str = "v1.33.0-rkube";
+pub const KUBELET_VERSION: &str = "v1.36.0-rkube";
 /// Upstream's hard eviction threshold `memory.available<100Mi`, taken off allocatable memory.
 const EVICTION_MEMORY_BYTES: u64 = 100 * 1024 * 1024;
 

@@ -413,7 +413,7 @@ pub async fn http_get(
     let mut req = hyper::Request::get(path).header("host", addr.to_string());
     let has = |n: &str| headers.iter().any(|(k, _)| k.eq_ignore_ascii_case(n));
     if !has("user-agent") {
-        req = req.header("user-agent", "kube-probe/1.33");
+        req = req.header("user-agent", "kube-probe/1.36");
     }
     if !has("accept") {
         req = req.header("accept", "*/*");
@@ -460,7 +460,7 @@ async fn grpc_health(
     let req = hyper::Request::post(format!("http://{addr}/grpc.health.v1.Health/Check"))
         .header("content-type", "application/grpc")
         .header("te", "trailers")
-        .header("user-agent", "kube-probe/1.33")
+        .header("user-agent", "kube-probe/1.36")
         .body(http_body_util::Full::new(bytes::Bytes::from(frame)))
         .map_err(|e| e.to_string())?;
     let resp = sender.send_request(req).await.map_err(|e| e.to_string())?;

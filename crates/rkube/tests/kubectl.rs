@@ -525,7 +525,7 @@ fn authentication_and_health(backend: Backend) {
         version["gitVersion"]
             .as_str()
             .unwrap()
-            .starts_with("v1.33."),
+            .starts_with("v1.36."),
         "{version}"
     );
     let out = anonymous(&["get", "ns"]);

@@ -556,7 +556,7 @@ fn get_formats_and_discovery(c: &Cluster) {
     );
     let version = run(c, &["version"], None);
     assert!(
-        version.contains("Server Version: v1.33.0-rkube"),
+        version.contains("Server Version: v1.36.0-rkube"),
         "{version}"
     );
 }

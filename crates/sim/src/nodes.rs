@@ -259,7 +259,7 @@ fn node_object(config: &SimConfig, state: &NodeState, index: usize) -> Result<Va
             "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
             "nodeInfo": {"machineID": "", "systemUUID": "", "bootID": "", "kernelVersion": "sim",
                          "osImage": "rkube simulated node", "containerRuntimeVersion": "sim://0.1.0",
-                         "kubeletVersion": "v1.33.0-rkube-sim", "kubeProxyVersion": "",
+                         "kubeletVersion": "v1.36.0-rkube-sim", "kubeProxyVersion": "",
                          "operatingSystem": "linux", "architecture": "amd64"},
             "phase": "Running",
         }

@@ -343,7 +343,7 @@ mod tests {
             "status": {
                 "conditions": [{"type": "MemoryPressure", "status": "False"}, {"type": "Ready", "status": "True"}],
                 "addresses": [{"type": "Hostname", "address": "cp-1"}, {"type": "InternalIP", "address": "10.0.0.1"}],
-                "nodeInfo": {"kubeletVersion": "v1.33.0", "osImage": "Debian GNU/Linux 12 (bookworm)",
+                "nodeInfo": {"kubeletVersion": "v1.36.0", "osImage": "Debian GNU/Linux 12 (bookworm)",
                     "kernelVersion": "6.1.0", "containerRuntimeVersion": "containerd://1.7.0"}
             }
         });
@@ -354,7 +354,7 @@ mod tests {
                 "Ready",
                 "control-plane,etcd,master",
                 "10m",
-                "v1.33.0",
+                "v1.36.0",
                 "10.0.0.1",
                 "<none>",
                 "Debian GNU/Linux 12 (bookworm)",

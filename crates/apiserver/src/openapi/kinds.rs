@@ -15,12 +15,14 @@ use k8s_openapi::api::{
     authentication::v1 as authentication_v1, authorization::v1 as authorization_v1,
     autoscaling::v1 as autoscaling_v1, autoscaling::v2 as autoscaling_v2, batch::v1 as batch_v1,
     certificates::v1 as certificates_v1, coordination::v1 as coordination_v1, core::v1 as core_v1,
-    discovery::v1 as discovery_v1, events::v1 as events_v1, networking::v1 as networking_v1,
-    node::v1 as node_v1, policy::v1 as policy_v1, rbac::v1 as rbac_v1,
-    scheduling::v1 as scheduling_v1, storage::v1 as storage_v1,
+    discovery::v1 as discovery_v1, events::v1 as events_v1, flowcontrol::v1 as flowcontrol_v1,
+    networking::v1 as networking_v1, node::v1 as node_v1, policy::v1 as policy_v1,
+    rbac::v1 as rbac_v1, resource::v1 as resource_v1, scheduling::v1 as scheduling_v1,
+    storage::v1 as storage_v1,
 };
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiextensions_v1;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1 as meta_v1;
+use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1 as apiregistration_v1;
 use schemars::generate::SchemaSettings;
 use schemars::{JsonSchema, Schema, SchemaGenerator};
 use serde_json::{json, Map, Value};
@@ -51,7 +53,7 @@ macro_rules! kinds {
 /// object preserving unknown fields.
 const TABLE: &[&[(&str, &str, &str, Generate)]] = &[
     kinds!("", "v1", core_v1: Binding, ConfigMap, Endpoints, Event, LimitRange, Namespace, Node,
-        PersistentVolumeClaim, PersistentVolume, Pod, PodTemplate, ReplicationController,
+        PersistentVolumeClaim, PersistentVolume, Pod, PodTemplate, ReplicationController, ComponentStatus,
         ResourceQuota, Secret, ServiceAccount, Service),
     kinds!("apps", "v1", apps_v1: ControllerRevision, DaemonSet, Deployment, ReplicaSet, StatefulSet),
     kinds!("batch", "v1", batch_v1: CronJob, Job),
@@ -61,12 +63,18 @@ const TABLE: &[&[(&str, &str, &str, Generate)]] = &[
     kinds!("discovery.k8s.io", "v1", discovery_v1: EndpointSlice),
     kinds!("events.k8s.io", "v1", events_v1: Event),
     kinds!("policy", "v1", policy_v1: PodDisruptionBudget, Eviction),
-    kinds!("networking.k8s.io", "v1", networking_v1: IngressClass, Ingress, NetworkPolicy),
+    kinds!("networking.k8s.io", "v1", networking_v1: IngressClass, Ingress, NetworkPolicy, IPAddress,
+        ServiceCIDR),
+    kinds!("resource.k8s.io", "v1", resource_v1: DeviceClass, ResourceClaim, ResourceClaimTemplate,
+        ResourceSlice),
+    kinds!("flowcontrol.apiserver.k8s.io", "v1", flowcontrol_v1: FlowSchema,
+        PriorityLevelConfiguration),
+    kinds!("apiregistration.k8s.io", "v1", apiregistration_v1: APIService),
     kinds!("rbac.authorization.k8s.io", "v1", rbac_v1: ClusterRoleBinding, ClusterRole, RoleBinding,
         Role),
     kinds!("scheduling.k8s.io", "v1", scheduling_v1: PriorityClass),
     kinds!("storage.k8s.io", "v1", storage_v1: CSIDriver, CSINode, CSIStorageCapacity, StorageClass,
-        VolumeAttachment),
+        VolumeAttachment, VolumeAttributesClass),
     kinds!("node.k8s.io", "v1", node_v1: RuntimeClass),
     kinds!("authentication.k8s.io", "v1", authentication_v1: SelfSubjectReview, TokenReview),
     kinds!("authorization.k8s.io", "v1", authorization_v1: LocalSubjectAccessReview,
@@ -74,7 +82,7 @@ const TABLE: &[&[(&str, &str, &str, Generate)]] = &[
     kinds!("certificates.k8s.io", "v1", certificates_v1: CertificateSigningRequest),
     kinds!("admissionregistration.k8s.io", "v1", admissionregistration_v1:
         MutatingWebhookConfiguration, ValidatingWebhookConfiguration, ValidatingAdmissionPolicy,
-        ValidatingAdmissionPolicyBinding),
+        ValidatingAdmissionPolicyBinding, MutatingAdmissionPolicy, MutatingAdmissionPolicyBinding),
     kinds!("apiextensions.k8s.io", "v1", apiextensions_v1: CustomResourceDefinition),
 ];
 

@@ -276,7 +276,7 @@ pub fn group_version(snap: &Snapshot, custom: &CustomSchemas, path: &str) -> Opt
             let (paths, defs) = build(&[(group, version, resources)], custom, Format::V3);
             let mut doc = json!({
                 "openapi": "3.0.0",
-                "info": {"title": "Kubernetes", "version": "v1.33.0"},
+                "info": {"title": "Kubernetes", "version": "v1.36.0"},
                 "paths": paths,
                 "components": {"schemas": defs},
             });
@@ -306,7 +306,7 @@ pub fn v2(snap: &Snapshot, custom: &CustomSchemas) -> Document {
         defs.values_mut().for_each(v2::swagger_schema);
         json!({
             "swagger": "2.0",
-            "info": {"title": "Kubernetes", "version": "v1.33.0"},
+            "info": {"title": "Kubernetes", "version": "v1.36.0"},
             "paths": paths,
             "definitions": defs,
             // As upstream: bearer tokens in the Authorization header.

@@ -8,10 +8,12 @@ use k8s_openapi::api::{
     admissionregistration::v1 as admission, apps::v1 as apps, autoscaling::v1 as autoscaling_v1,
     autoscaling::v2 as autoscaling_v2, batch::v1 as batch, certificates::v1 as certificates,
     coordination::v1 as coordination, core::v1 as core, discovery::v1 as discovery,
-    events::v1 as events, networking::v1 as networking, node::v1 as node, policy::v1 as policy,
-    rbac::v1 as rbac, scheduling::v1 as scheduling, storage::v1 as storage_api,
+    events::v1 as events, flowcontrol::v1 as flowcontrol, networking::v1 as networking,
+    node::v1 as node, policy::v1 as policy, rbac::v1 as rbac, resource::v1 as resource,
+    scheduling::v1 as scheduling, storage::v1 as storage_api,
 };
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiextensions;
+use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1 as apiregistration;
 use serde_json::Value;
 
 /// What typed decoding found.
@@ -93,6 +95,7 @@ pub fn decode(
         "" "v1" "PersistentVolume" => core::PersistentVolume,
         "" "v1" "Pod" => core::Pod,
         "" "v1" "PodTemplate" => core::PodTemplate,
+        "" "v1" "ComponentStatus" => core::ComponentStatus,
         "" "v1" "ReplicationController" => core::ReplicationController,
         "" "v1" "ResourceQuota" => core::ResourceQuota,
         "" "v1" "Secret" => core::Secret,
@@ -116,6 +119,15 @@ pub fn decode(
         "networking.k8s.io" "v1" "IngressClass" => networking::IngressClass,
         "networking.k8s.io" "v1" "Ingress" => networking::Ingress,
         "networking.k8s.io" "v1" "NetworkPolicy" => networking::NetworkPolicy,
+        "networking.k8s.io" "v1" "IPAddress" => networking::IPAddress,
+        "networking.k8s.io" "v1" "ServiceCIDR" => networking::ServiceCIDR,
+        "resource.k8s.io" "v1" "DeviceClass" => resource::DeviceClass,
+        "resource.k8s.io" "v1" "ResourceClaim" => resource::ResourceClaim,
+        "resource.k8s.io" "v1" "ResourceClaimTemplate" => resource::ResourceClaimTemplate,
+        "resource.k8s.io" "v1" "ResourceSlice" => resource::ResourceSlice,
+        "flowcontrol.apiserver.k8s.io" "v1" "FlowSchema" => flowcontrol::FlowSchema,
+        "flowcontrol.apiserver.k8s.io" "v1" "PriorityLevelConfiguration" => flowcontrol::PriorityLevelConfiguration,
+        "apiregistration.k8s.io" "v1" "APIService" => apiregistration::APIService,
         "rbac.authorization.k8s.io" "v1" "ClusterRoleBinding" => rbac::ClusterRoleBinding,
         "rbac.authorization.k8s.io" "v1" "ClusterRole" => rbac::ClusterRole,
         "rbac.authorization.k8s.io" "v1" "RoleBinding" => rbac::RoleBinding,
@@ -126,12 +138,15 @@ pub fn decode(
         "storage.k8s.io" "v1" "CSIStorageCapacity" => storage_api::CSIStorageCapacity,
         "storage.k8s.io" "v1" "StorageClass" => storage_api::StorageClass,
         "storage.k8s.io" "v1" "VolumeAttachment" => storage_api::VolumeAttachment,
+        "storage.k8s.io" "v1" "VolumeAttributesClass" => storage_api::VolumeAttributesClass,
         "node.k8s.io" "v1" "RuntimeClass" => node::RuntimeClass,
         "certificates.k8s.io" "v1" "CertificateSigningRequest" => certificates::CertificateSigningRequest,
         "admissionregistration.k8s.io" "v1" "MutatingWebhookConfiguration" => admission::MutatingWebhookConfiguration,
         "admissionregistration.k8s.io" "v1" "ValidatingWebhookConfiguration" => admission::ValidatingWebhookConfiguration,
         "admissionregistration.k8s.io" "v1" "ValidatingAdmissionPolicy" => admission::ValidatingAdmissionPolicy,
         "admissionregistration.k8s.io" "v1" "ValidatingAdmissionPolicyBinding" => admission::ValidatingAdmissionPolicyBinding,
+        "admissionregistration.k8s.io" "v1" "MutatingAdmissionPolicy" => admission::MutatingAdmissionPolicy,
+        "admissionregistration.k8s.io" "v1" "MutatingAdmissionPolicyBinding" => admission::MutatingAdmissionPolicyBinding,
         "apiextensions.k8s.io" "v1" "CustomResourceDefinition" => apiextensions::CustomResourceDefinition,
     )
 }

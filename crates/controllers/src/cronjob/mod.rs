@@ -68,9 +68,8 @@ pub async fn run(client: kube::Client, factory: &SharedInformerFactory, workers:
             })
             .on_update(move |old: &Arc<CronJob>, new: &Arc<CronJob>| {
                 let key = client::informer::object_key(new.as_ref());
-                let (o, n) = (old.spec.as_ref(), new.spec.as_ref());
-                let changed = o.map(|s| (&s.schedule, &s.time_zone))
-                    != n.map(|s| (&s.schedule, &s.time_zone));
+                let (o, n) = (&old.spec, &new.spec);
+                let changed = (&o.schedule, &o.time_zone) != (&n.schedule, &n.time_zone);
                 // A new schedule is waited for (upstream requeues at its next time); other changes sync now.
                 match changed.then(|| next_after_now(new)).flatten() {
                     Some(d) => c2.queue.add_after(key, d),
@@ -117,7 +116,7 @@ pub async fn run(client: kube::Client, factory: &SharedInformerFactory, workers:
 
 fn parsed_schedule(cj: &CronJob) -> Result<schedule::Schedule, String> {
     let tz = sync::time_zone(cj)?;
-    schedule::parse(cj.spec.as_ref().map_or("", |s| s.schedule.as_str()), tz)
+    schedule::parse(cj.spec.schedule.as_str(), tz)
 }
 
 fn next_after_now(cj: &CronJob) -> Option<std::time::Duration> {
@@ -275,7 +274,7 @@ async fn reconcile(
     if cj.metadata.deletion_timestamp.is_some() {
         return Ok(None);
     }
-    let spec = cj.spec.clone().unwrap_or_default();
+    let spec = cj.spec.clone();
     if let Err(e) = sync::time_zone(cj) {
         let tz = spec.time_zone.unwrap_or_default();
         ctx.event(

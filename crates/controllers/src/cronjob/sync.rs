@@ -37,7 +37,7 @@ pub struct Recent {
 }
 
 fn spec_of(cj: &CronJob) -> k8s_openapi::api::batch::v1::CronJobSpec {
-    cj.spec.clone().unwrap_or_default()
+    cj.spec.clone()
 }
 
 fn secs(s: i64) -> jiff::SignedDuration {

@@ -158,10 +158,10 @@ pub fn status(
         (current - desired).max(0)
     };
     let mut status = PodDisruptionBudgetStatus {
-        current_healthy: current,
-        desired_healthy: desired,
-        expected_pods: expected,
-        disruptions_allowed: allowed,
+        current_healthy: Some(current),
+        desired_healthy: Some(desired),
+        expected_pods: Some(expected),
+        disruptions_allowed: Some(allowed),
         disrupted_pods: (!disrupted_pods.is_empty()).then_some(disrupted_pods),
         observed_generation: pdb.metadata.generation,
         conditions: pdb.status.as_ref().and_then(|s| s.conditions.clone()),
@@ -181,7 +181,7 @@ pub fn fail_safe(
     now: Timestamp,
 ) -> PodDisruptionBudgetStatus {
     let mut status = pdb.status.clone().unwrap_or_default();
-    status.disruptions_allowed = 0;
+    status.disruptions_allowed = Some(0);
     status.observed_generation = pdb.metadata.generation;
     allowed_condition(&mut status, false, "SyncFailed", error.to_string(), now);
     status
@@ -222,7 +222,7 @@ mod tests {
                 s.expected_pods,
                 s.disruptions_allowed
             ),
-            (2, 2, 3, 0)
+            (Some(2), Some(2), Some(3), Some(0))
         );
         let c = &s.conditions.as_ref().unwrap()[0];
         assert_eq!(
@@ -236,7 +236,7 @@ mod tests {
         let e = expected(&p, 3, Some(3)).unwrap();
         assert_eq!(e, (3, 1));
         let s = status(&p, &pods, e, BTreeMap::new(), at(0));
-        assert_eq!(s.disruptions_allowed, 1);
+        assert_eq!(s.disruptions_allowed, Some(1));
         assert_eq!(s.conditions.as_ref().unwrap()[0].reason, "SufficientPods");
         // minAvailable 50% of 3 rounds up to 2.
         assert_eq!(
@@ -268,7 +268,7 @@ mod tests {
                 f.disruptions_allowed,
                 f.conditions.unwrap()[0].reason.as_str()
             ),
-            (0, "SyncFailed")
+            (Some(0), "SyncFailed")
         );
     }
 }

@@ -121,7 +121,7 @@ pub fn new_slice(
             ..Default::default()
         },
         address_type: address_type.into(),
-        endpoints: Vec::new(),
+        endpoints: Some(Vec::new()),
         ports: Some(ports),
     };
     slice.metadata.labels = Some(slice_labels(&slice, svc, controller).0);
@@ -356,7 +356,7 @@ fn reconcile_address_type(
     if existing.len() == plan.delete.len() && plan.create.is_empty() {
         let placeholder = new_slice(svc, Vec::new(), address_type, controller);
         let is_placeholder = |s: &EndpointSlice| {
-            s.endpoints.is_empty()
+            s.endpoints.as_ref().is_none_or(Vec::is_empty)
                 && s.ports.as_ref().is_none_or(Vec::is_empty)
                 && s.address_type == placeholder.address_type
                 && s.metadata.namespace == placeholder.metadata.namespace
@@ -414,19 +414,19 @@ fn reconcile_port_mapping(
     for slice in existing {
         let mut kept = Vec::new();
         let mut updated = false;
-        for ep in &slice.endpoints {
+        for ep in slice.endpoints.iter().flatten() {
             if let Some(want) = desired.remove(&endpoint_key(ep)) {
                 updated |= !endpoints_equal_beyond_hash(&want, ep);
                 kept.push(want);
             }
         }
         let (labels, labels_changed) = slice_labels(slice, svc, controller);
-        if updated || kept.len() != slice.endpoints.len() {
+        if updated || kept.len() != slice.endpoints.as_ref().map_or(0, Vec::len) {
             if kept.is_empty() {
                 to_delete.push((*slice).clone());
             } else {
                 let mut s = (*slice).clone();
-                s.endpoints = kept;
+                s.endpoints = Some(kept);
                 s.metadata.labels = Some(labels);
                 to_update.push(s);
             }
@@ -440,13 +440,13 @@ fn reconcile_port_mapping(
     }
     // 2. Fill slices being updated anyway, fullest first.
     if !desired.is_empty() && !to_update.is_empty() {
-        to_update.sort_by_key(|s| std::cmp::Reverse(s.endpoints.len()));
+        to_update.sort_by_key(|s| std::cmp::Reverse(s.endpoints.as_ref().map_or(0, Vec::len)));
         for s in to_update.iter_mut() {
-            while s.endpoints.len() < max_per_slice {
+            while s.endpoints.as_ref().map_or(0, Vec::len) < max_per_slice {
                 let Some((_, ep)) = desired.pop_first() else {
                     break;
                 };
-                s.endpoints.push(ep);
+                s.endpoints.get_or_insert_with(Vec::new).push(ep);
             }
         }
     }
@@ -459,18 +459,20 @@ fn reconcile_port_mapping(
             let best = unchanged
                 .iter()
                 .enumerate()
-                .filter(|(_, s)| s.endpoints.len() + desired.len() <= max_per_slice)
-                .max_by_key(|(_, s)| s.endpoints.len())
+                .filter(|(_, s)| {
+                    s.endpoints.as_ref().map_or(0, Vec::len) + desired.len() <= max_per_slice
+                })
+                .max_by_key(|(_, s)| s.endpoints.as_ref().map_or(0, Vec::len))
                 .map(|(i, _)| i);
             target = best.map(|i| unchanged.remove(i));
         }
         let mut slice =
             target.unwrap_or_else(|| new_slice(svc, ports.to_vec(), address_type, controller));
-        while slice.endpoints.len() < max_per_slice {
+        while slice.endpoints.as_ref().map_or(0, Vec::len) < max_per_slice {
             let Some((_, ep)) = desired.pop_first() else {
                 break;
             };
-            slice.endpoints.push(ep);
+            slice.endpoints.get_or_insert_with(Vec::new).push(ep);
         }
         if slice.metadata.name.is_some() {
             to_update.push(slice);
@@ -497,7 +499,7 @@ fn reconcile_hints(svc: &Service, plan: &mut Plan, unchanged: Vec<EndpointSlice>
         == Some("PreferClose");
     let apply = |slice: &mut EndpointSlice| -> bool {
         let mut changed = false;
-        for ep in slice.endpoints.iter_mut() {
+        for ep in slice.endpoints.iter_mut().flatten() {
             let want = if prefer_close {
                 ep.zone.as_ref().map(|z| EndpointHints {
                     for_zones: Some(vec![ForZone { name: z.clone() }]),

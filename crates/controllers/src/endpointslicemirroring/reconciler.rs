@@ -61,7 +61,7 @@ fn new_slice(ep: &Endpoints, ports: &[EndpointPort], address_type: &str) -> Endp
             ..Default::default()
         },
         address_type: address_type.into(),
-        endpoints: Vec::new(),
+        endpoints: Some(Vec::new()),
         ports: Some(ports.to_vec()),
     }
 }
@@ -155,7 +155,7 @@ pub fn reconcile(
         for slice in existing_by_key.get(&key).into_iter().flatten() {
             let mut kept = Vec::new();
             let mut updated = false;
-            for e in &slice.endpoints {
+            for e in slice.endpoints.iter().flatten() {
                 if let Some(w) = want.remove(&endpoint_key(e)) {
                     updated |= !endpoints_equal_beyond_hash(&w, e);
                     kept.push(w);
@@ -163,12 +163,13 @@ pub fn reconcile(
             }
             let meta_changed = slice.metadata.labels.clone().unwrap_or_default() != labels
                 || slice.metadata.annotations.clone().unwrap_or_default() != annotations;
-            if updated || meta_changed || kept.len() != slice.endpoints.len() {
+            if updated || meta_changed || kept.len() != slice.endpoints.as_ref().map_or(0, Vec::len)
+            {
                 if kept.is_empty() {
                     plan.delete.push((*slice).clone());
                 } else {
                     let mut s = (*slice).clone();
-                    s.endpoints = kept;
+                    s.endpoints = Some(kept);
                     s.metadata.labels = Some(labels.clone());
                     s.metadata.annotations = (!annotations.is_empty()).then(|| annotations.clone());
                     plan.update.push(s);
@@ -177,11 +178,11 @@ pub fn reconcile(
         }
         while !want.is_empty() {
             let mut slice = new_slice(ep, &ports, &key.1);
-            while slice.endpoints.len() < max_per_subset.max(1) {
+            while slice.endpoints.as_ref().map_or(0, Vec::len) < max_per_subset.max(1) {
                 let Some((_, e)) = want.pop_first() else {
                     break;
                 };
-                slice.endpoints.push(e);
+                slice.endpoints.get_or_insert_with(Vec::new).push(e);
             }
             plan.create.push(slice);
         }
@@ -240,7 +241,7 @@ mod tests {
             .iter()
             .find(|s| s.address_type == "IPv4")
             .unwrap();
-        assert_eq!(v4.endpoints.len(), 2);
+        assert_eq!(v4.endpoints.as_ref().map_or(0, Vec::len), 2);
         let labels = v4.metadata.labels.as_ref().unwrap();
         assert_eq!(labels[LABEL_MANAGED_BY], CONTROLLER_NAME);
         assert_eq!(labels[LABEL_SERVICE_NAME], "ext");
@@ -257,7 +258,11 @@ mod tests {
             .find(|s| s.address_type == "IPv6")
             .unwrap();
         assert_eq!(
-            v6.endpoints[0].conditions.as_ref().unwrap().ready,
+            v6.endpoints.as_ref().unwrap()[0]
+                .conditions
+                .as_ref()
+                .unwrap()
+                .ready,
             Some(false)
         );
         // Mirrored again: nothing to do.
@@ -284,6 +289,6 @@ mod tests {
                 over_capacity: 2
             }
         );
-        assert_eq!(plan.create[0].endpoints.len(), 3);
+        assert_eq!(plan.create[0].endpoints.as_ref().map_or(0, Vec::len), 3);
     }
 }

@@ -48,9 +48,9 @@ pub fn matches(policy: Option<&PodFailurePolicy>, pod: &Pod) -> Verdict {
                 .into_iter()
                 .flatten()
                 .find(|c| {
-                    patterns
-                        .iter()
-                        .any(|p| p.type_ == c.type_ && p.status == c.status)
+                    patterns.iter().any(|p| {
+                        p.type_ == c.type_ && p.status.as_deref().unwrap_or("True") == c.status
+                    })
                 })
                 .map(|c| {
                     format!(

@@ -105,7 +105,11 @@ fn split_by_pdb(
 ) -> (Vec<Arc<PodInfo>>, Vec<Arc<PodInfo>>) {
     let mut allowed: Vec<i32> = pdbs
         .iter()
-        .map(|p| p.status.as_ref().map_or(0, |s| s.disruptions_allowed))
+        .map(|p| {
+            p.status
+                .as_ref()
+                .map_or(0, |s| s.disruptions_allowed.unwrap_or(0))
+        })
         .collect();
     let (mut violating, mut ok) = (Vec::new(), Vec::new());
     for pi in pods {

@@ -95,6 +95,8 @@ build() {
   finish_rootfs "$rootfs"
   [ "$name" != pause ] || install -m 0755 "$work/pause" "$rootfs/pause"
   [ "$name" != nginx ] || nginx_setup "$rootfs"
+  # The official python image has `python` as well as `python3` (clients' e2e pods run `python -u ...`).
+  [ "$name" != python ] || ln -sf python3 "$rootfs/usr/bin/python"
   python3 "$here/images/oci.py" "$rootfs" "$tar" "$ref" "$config"
   rm -rf "$rootfs"
   echo "$stamp" > "$tar.stamp"

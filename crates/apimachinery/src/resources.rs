@@ -157,13 +157,19 @@ const BUILTIN: &[Spec] = &[
     s("", "Endpoints", "endpoints", NS, &["ep"], &[]),
     s("", "Event", "events", NS, &["ev"], &[]),
     s("", "LimitRange", "limitranges", NS, &["limits"], &[]),
-    s(
-        "",
-        "Namespace",
-        "namespaces",
-        CLUSTER,
-        &["ns"],
-        &["status", "finalize"],
+    // Namespaces are deleted one at a time (no deletecollection), as upstream.
+    verbs(
+        s(
+            "",
+            "Namespace",
+            "namespaces",
+            CLUSTER,
+            &["ns"],
+            &["status", "finalize"],
+        ),
+        &[
+            "create", "delete", "get", "list", "patch", "update", "watch",
+        ],
     ),
     s("", "Node", "nodes", CLUSTER, &["no"], &["proxy", "status"]),
     s(

@@ -17,8 +17,10 @@ use serde_json::Value;
 mod apps;
 mod batch;
 mod core;
+mod flowcontrol;
 mod other;
 mod pod;
+mod resource;
 
 #[cfg(test)]
 mod tests;
@@ -63,6 +65,20 @@ pub fn apply_defaults(group: &str, kind: &str, obj: &mut Value) {
             other::webhook_configuration(o, true)
         }
         ("apiextensions.k8s.io", "CustomResourceDefinition") => other::crd(o),
+        ("flowcontrol.apiserver.k8s.io", "FlowSchema") => flowcontrol::flow_schema(o),
+        ("flowcontrol.apiserver.k8s.io", "PriorityLevelConfiguration") => {
+            flowcontrol::priority_level(o)
+        }
+        ("apiregistration.k8s.io", "APIService") => other::api_service(o),
+        ("admissionregistration.k8s.io", "MutatingAdmissionPolicy") => {
+            other::mutating_admission_policy(o)
+        }
+        ("admissionregistration.k8s.io", "MutatingAdmissionPolicyBinding") => {
+            other::mutating_admission_policy_binding(o)
+        }
+        ("resource.k8s.io", "ResourceClaim") => resource::resource_claim(o),
+        ("resource.k8s.io", "ResourceClaimTemplate") => resource::resource_claim_template(o),
+        ("resource.k8s.io", "ResourceSlice") => resource::resource_slice(o),
         _ => {}
     }
 }

@@ -181,3 +181,50 @@ pub(crate) fn crd(c: &mut Obj) {
         set_default(svc, "port", Value::from(443));
     }
 }
+
+/// kube-aggregator `apiregistration/v1` `SetDefaults_ServiceReference`: port 443.
+pub(crate) fn api_service(a: &mut Obj) {
+    if let Some(svc) = a
+        .get_mut("spec")
+        .and_then(|s| s.get_mut("service"))
+        .and_then(Value::as_object_mut)
+    {
+        set_default(svc, "port", Value::from(443));
+    }
+}
+
+/// `SetDefaults_MatchResources` and `SetDefaults_Rule` of the admission policies.
+fn match_resources(mr: &mut Obj) {
+    set_default(mr, "matchPolicy", Value::from("Equivalent"));
+    set_default(mr, "namespaceSelector", json!({}));
+    set_default(mr, "objectSelector", json!({}));
+    for key in ["resourceRules", "excludeResourceRules"] {
+        for r in each_obj(mr, key) {
+            set_default(r, "scope", Value::from("*"));
+        }
+    }
+}
+
+/// `admissionregistration/v1` MutatingAdmissionPolicy: `failurePolicy` Fail and the match
+/// constraints' defaults (upstream sets no `reinvocationPolicy` default; it is required).
+pub(crate) fn mutating_admission_policy(p: &mut Obj) {
+    let spec = child_obj(p, "spec");
+    set_default(spec, "failurePolicy", Value::from("Fail"));
+    if let Some(mc) = spec
+        .get_mut("matchConstraints")
+        .and_then(Value::as_object_mut)
+    {
+        match_resources(mc);
+    }
+}
+
+/// `admissionregistration/v1` MutatingAdmissionPolicyBinding: the match resources' defaults.
+pub(crate) fn mutating_admission_policy_binding(b: &mut Obj) {
+    if let Some(mr) = b
+        .get_mut("spec")
+        .and_then(|s| s.get_mut("matchResources"))
+        .and_then(Value::as_object_mut)
+    {
+        match_resources(mr);
+    }
+}

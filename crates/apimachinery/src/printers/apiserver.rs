@@ -1,7 +1,7 @@
 //! Printers of kinds that configure the API server itself, mirroring upstream
 //! `pkg/printers/internalversion` and kube-aggregator's APIService table: admission webhook
-//! configurations, validating and mutating admission policies and their bindings, API priority and
-//! fairness (flowschemas, prioritylevelconfigurations), apiservices.
+//! configurations, validating and mutating admission policies and their bindings, apiservices. API
+//! priority and fairness has its own module, `flowcontrol`.
 //!
 //! One deliberate difference: a policy binding whose `paramRef` uses a selector shows the selector
 //! string, where upstream prints the Go struct dump of the `LabelSelector`.
@@ -9,13 +9,10 @@
 use serde_json::{json, Value};
 
 use super::time::Instant;
-use super::util::{
-    arr_at, condition_status, get, int_at, label_selector_string, len_at, name, opt_str, str_at,
-};
+use super::util::{arr_at, get, label_selector_string, len_at, name, opt_str, str_at};
 use super::{age_cell, col, printer, ColumnDefinition, Printers, AGE, NAME};
 
 const ADMISSION: &str = "admissionregistration.k8s.io";
-const FLOWCONTROL: &str = "flowcontrol.apiserver.k8s.io";
 
 pub(super) const PRINTERS: Printers = &[
     (
@@ -47,16 +44,6 @@ pub(super) const PRINTERS: Printers = &[
         ADMISSION,
         "mutatingadmissionpolicybindings",
         printer(BINDING_COLUMNS, binding_cells),
-    ),
-    (
-        FLOWCONTROL,
-        "flowschemas",
-        printer(FLOWSCHEMA_COLUMNS, flowschema_cells),
-    ),
-    (
-        FLOWCONTROL,
-        "prioritylevelconfigurations",
-        printer(PLC_COLUMNS, plc_cells),
     ),
     (
         "apiregistration.k8s.io",
@@ -177,62 +164,6 @@ fn binding_cells(b: &Value, now: Instant) -> Vec<Value> {
     ]
 }
 
-const FLOWSCHEMA_COLUMNS: &[ColumnDefinition] = &[
-    NAME,
-    col("PriorityLevel", "string", "`name` is the name of the priority level configuration being referenced Required."),
-    col("MatchingPrecedence", "string", "`matchingPrecedence` is used to choose among the FlowSchemas that match a given request."),
-    col("DistinguisherMethod", "string", "`distinguisherMethod` defines how to compute the flow distinguisher for requests that match this schema."),
-    AGE,
-    col("MissingPL", "string", "references a broken or non-existent PriorityLevelConfiguration"),
-];
-
-fn flowschema_cells(fs: &Value, now: Instant) -> Vec<Value> {
-    let method = match get(fs, &["spec", "distinguisherMethod"]).filter(|m| m.is_object()) {
-        Some(m) => str_at(m, &["type"]).to_string(),
-        None => "<none>".to_string(),
-    };
-    vec![
-        json!(name(fs)),
-        json!(str_at(fs, &["spec", "priorityLevelConfiguration", "name"])),
-        json!(int_at(fs, &["spec", "matchingPrecedence"])),
-        json!(method),
-        age_cell(fs, now),
-        json!(condition_status(fs, &["status", "conditions"], "Dangling").unwrap_or("?")),
-    ]
-}
-
-const PLC_COLUMNS: &[ColumnDefinition] = &[
-    NAME,
-    col("Type", "string", "`type` indicates whether this priority level is subject to limitation on request execution."),
-    col("NominalConcurrencyShares", "string", "`nominalConcurrencyShares` (NCS) contributes to the computation of the NominalConcurrencyLimit (NominalCL) of this level."),
-    col("Queues", "string", "`queues` is the number of queues for this priority level."),
-    col("HandSize", "string", "`handSize` is a small positive number that configures the shuffle sharding of requests into queues."),
-    col("QueueLengthLimit", "string", "`queueLengthLimit` is the maximum number of requests allowed to be waiting in a given queue of this priority level at a time; excess requests are rejected."),
-    AGE,
-];
-
-fn plc_cells(plc: &Value, now: Instant) -> Vec<Value> {
-    let none = || json!("<none>");
-    let (mut ncs, mut queues, mut hand, mut limit) = (none(), none(), none(), none());
-    if let Some(limited) = get(plc, &["spec", "limited"]).filter(|l| l.is_object()) {
-        ncs = json!(int_at(limited, &["nominalConcurrencyShares"]));
-        if let Some(q) = get(limited, &["limitResponse", "queuing"]).filter(|q| q.is_object()) {
-            queues = json!(int_at(q, &["queues"]));
-            hand = json!(int_at(q, &["handSize"]));
-            limit = json!(int_at(q, &["queueLengthLimit"]));
-        }
-    }
-    vec![
-        json!(name(plc)),
-        json!(str_at(plc, &["spec", "type"])),
-        ncs,
-        queues,
-        hand,
-        limit,
-        age_cell(plc, now),
-    ]
-}
-
 const APISERVICE_COLUMNS: &[ColumnDefinition] = &[
     NAME,
     col(
@@ -320,58 +251,65 @@ mod tests {
     }
 
     #[test]
-    fn flowcontrol() {
-        let fs = json!({"metadata": meta("exempt"), "spec": {"priorityLevelConfiguration": {"name": "exempt"},
-            "matchingPrecedence": 1, "distinguisherMethod": {"type": "ByUser"}},
-            "status": {"conditions": [{"type": "Dangling", "status": "False"}]}});
+    fn mutating_admission_policies() {
+        const G: &str = "admissionregistration.k8s.io";
+        for resource in ["mutatingadmissionpolicies", "validatingadmissionpolicies"] {
+            let count = if resource.starts_with("mutating") {
+                "Mutations"
+            } else {
+                "Validations"
+            };
+            assert_eq!(
+                header(G, resource),
+                vec![("Name", 0), (count, 0), ("ParamKind", 0), ("Age", 0)]
+            );
+        }
+        for resource in [
+            "mutatingadmissionpolicybindings",
+            "validatingadmissionpolicybindings",
+        ] {
+            assert_eq!(
+                header(G, resource),
+                vec![("Name", 0), ("PolicyName", 0), ("ParamRef", 0), ("Age", 0)]
+            );
+        }
+        let map = json!({"metadata": meta("sidecar"), "spec": {
+            "paramKind": {"apiVersion": "example.com/v1", "kind": "SidecarConfig"},
+            "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["pods"]}]},
+            "mutations": [
+                {"patchType": "ApplyConfiguration", "applyConfiguration": {"expression": "Object{}"}},
+                {"patchType": "JSONPatch", "jsonPatch": {"expression": "[]"}}
+            ],
+            "reinvocationPolicy": "Never"}});
         assert_eq!(
-            row("flowcontrol.apiserver.k8s.io", "flowschemas", &fs),
+            row(G, "mutatingadmissionpolicies", &map),
             vec![
-                json!("exempt"),
-                json!("exempt"),
-                json!(1),
-                json!("ByUser"),
-                json!("10m"),
-                json!("False")
-            ]
-        );
-        let fs = json!({"metadata": meta("x"), "spec": {"matchingPrecedence": 9000}});
-        assert_eq!(
-            row("flowcontrol.apiserver.k8s.io", "flowschemas", &fs)[3..],
-            [json!("<none>"), json!("10m"), json!("?")]
-        );
-        let limited = json!({"metadata": meta("workload-low"), "spec": {"type": "Limited", "limited": {
-            "nominalConcurrencyShares": 100, "limitResponse": {"type": "Queue", "queuing": {"queues": 128, "handSize": 6, "queueLengthLimit": 50}}}}});
-        assert_eq!(
-            row(
-                "flowcontrol.apiserver.k8s.io",
-                "prioritylevelconfigurations",
-                &limited
-            ),
-            vec![
-                json!("workload-low"),
-                json!("Limited"),
-                json!(100),
-                json!(128),
-                json!(6),
-                json!(50),
+                json!("sidecar"),
+                json!(2),
+                json!("example.com/v1/SidecarConfig"),
                 json!("10m")
             ]
         );
-        let exempt = json!({"metadata": meta("exempt"), "spec": {"type": "Exempt"}});
+        let bare = json!({"metadata": meta("labels"), "spec": {}});
         assert_eq!(
-            row(
-                "flowcontrol.apiserver.k8s.io",
-                "prioritylevelconfigurations",
-                &exempt
-            )[1..6],
-            [
-                json!("Exempt"),
-                json!("<none>"),
-                json!("<none>"),
-                json!("<none>"),
-                json!("<none>")
+            row(G, "mutatingadmissionpolicies", &bare)[1..3],
+            [json!(0), json!("<unset>")]
+        );
+        let binding = json!({"metadata": meta("sidecar-binding"), "spec": {"policyName": "sidecar",
+            "paramRef": {"name": "default-sidecar", "namespace": "istio-system", "parameterNotFoundAction": "Deny"}}});
+        assert_eq!(
+            row(G, "mutatingadmissionpolicybindings", &binding),
+            vec![
+                json!("sidecar-binding"),
+                json!("sidecar"),
+                json!("istio-system/default-sidecar"),
+                json!("10m")
             ]
+        );
+        let unbound = json!({"metadata": meta("b"), "spec": {"policyName": "labels"}});
+        assert_eq!(
+            row(G, "mutatingadmissionpolicybindings", &unbound)[2],
+            json!("<unset>")
         );
     }
 

@@ -523,5 +523,24 @@ mod tests {
             strs(&row("", "componentstatuses", &json!({}))),
             ["", "Unknown", "", ""]
         );
+        assert_eq!(
+            header("", "componentstatuses"),
+            vec![("Name", 0), ("Status", 0), ("Message", 0), ("Error", 0)]
+        );
+        // The first Healthy condition decides; anything but True is Unhealthy.
+        let cs = json!({"metadata": {"name": "scheduler"}, "conditions": [
+            {"type": "Other", "status": "True", "message": "ignored"},
+            {"type": "Healthy", "status": "Unknown", "message": "",
+             "error": "Get \"https://127.0.0.1:10259/healthz\": dial tcp 127.0.0.1:10259: connect: connection refused"},
+            {"type": "Healthy", "status": "True", "message": "ok"}]});
+        assert_eq!(
+            strs(&row("", "componentstatuses", &cs)),
+            [
+                "scheduler",
+                "Unhealthy",
+                "",
+                "Get \"https://127.0.0.1:10259/healthz\": dial tcp 127.0.0.1:10259: connect: connection refused"
+            ]
+        );
     }
 }

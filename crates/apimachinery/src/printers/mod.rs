@@ -31,9 +31,11 @@ mod core;
 pub mod custom;
 mod duration;
 mod events;
+mod flowcontrol;
 mod networking;
 mod other;
 mod pod;
+mod resource;
 mod service;
 mod storage;
 mod time;
@@ -167,6 +169,8 @@ const ALL: &[Printers] = &[
     networking::PRINTERS,
     other::PRINTERS,
     apiserver::PRINTERS,
+    flowcontrol::PRINTERS,
+    resource::PRINTERS,
 ];
 
 /// The dedicated printer of a resource, if upstream has one.
@@ -196,6 +200,15 @@ pub fn cells(group: &str, resource: &str, obj: &Value, now: SystemTime) -> Vec<V
     match lookup(group, resource) {
         Some(p) => (p.cells)(obj, now),
         None => default_cells(obj),
+    }
+}
+
+/// Orders the objects of one list response as upstream's list printer of the resource prints them:
+/// FlowSchemas by `spec.matchingPrecedence`, then name (`printFlowSchemaList`); every other resource
+/// keeps the order it was listed in.
+pub fn sort_rows(group: &str, resource: &str, objects: &mut [&Value]) {
+    if flowcontrol::is_flowschemas(group, resource) {
+        objects.sort_by(|a, b| flowcontrol::flowschema_order(a, b));
     }
 }
 
@@ -370,6 +383,47 @@ mod tests {
             for (group, resource, _) in printers.iter() {
                 assert!(seen.insert((*group, *resource)), "{group}/{resource} twice");
             }
+        }
+    }
+
+    #[test]
+    fn printers_name_served_resources() {
+        let served: std::collections::BTreeSet<(String, String)> = crate::resources::builtin()
+            .into_iter()
+            .map(|r| (r.group, r.plural))
+            .collect();
+        for printers in ALL {
+            for (group, resource, _) in printers.iter() {
+                assert!(
+                    served.contains(&(group.to_string(), resource.to_string())),
+                    "{group}/{resource} has a printer but is not served"
+                );
+            }
+        }
+        // Kubernetes 1.36 resources that upstream prints with a dedicated printer.
+        for (group, resource) in [
+            ("resource.k8s.io", "deviceclasses"),
+            ("resource.k8s.io", "resourceclaims"),
+            ("resource.k8s.io", "resourceclaimtemplates"),
+            ("resource.k8s.io", "resourceslices"),
+            ("networking.k8s.io", "servicecidrs"),
+            ("networking.k8s.io", "ipaddresses"),
+            ("admissionregistration.k8s.io", "mutatingadmissionpolicies"),
+            (
+                "admissionregistration.k8s.io",
+                "mutatingadmissionpolicybindings",
+            ),
+            ("storage.k8s.io", "volumeattributesclasses"),
+            ("flowcontrol.apiserver.k8s.io", "flowschemas"),
+            (
+                "flowcontrol.apiserver.k8s.io",
+                "prioritylevelconfigurations",
+            ),
+            ("apiregistration.k8s.io", "apiservices"),
+            ("", "componentstatuses"),
+        ] {
+            assert!(served.contains(&(group.to_string(), resource.to_string())));
+            assert!(has_printer(group, resource), "{group}/{resource}");
         }
     }
 

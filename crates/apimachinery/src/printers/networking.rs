@@ -336,11 +336,40 @@ mod tests {
             row("networking.k8s.io", "servicecidrs", &sc)[1],
             json!("10.96.0.0/12,fd00::/108")
         );
+        assert_eq!(
+            header("networking.k8s.io", "servicecidrs"),
+            vec![("Name", 0), ("CIDRs", 0), ("Age", 0)]
+        );
+        let sc = json!({"metadata": {"name": "kubernetes", "creationTimestamp": CREATED},
+            "spec": {"cidrs": ["10.96.0.0/12"]}, "status": {"conditions": [{"type": "Ready", "status": "True"}]}});
+        assert_eq!(
+            row("networking.k8s.io", "servicecidrs", &sc),
+            vec![json!("kubernetes"), json!("10.96.0.0/12"), json!("10m")]
+        );
+        assert_eq!(
+            row("networking.k8s.io", "servicecidrs", &json!({}))[1],
+            json!("")
+        );
+        assert_eq!(
+            header("networking.k8s.io", "ipaddresses"),
+            vec![("Name", 0), ("ParentRef", 0)]
+        );
         let ip = json!({"metadata": {"name": "10.96.0.1"}, "spec": {"parentRef":
             {"group": "", "resource": "services", "namespace": "default", "name": "kubernetes"}}});
         assert_eq!(
             row("networking.k8s.io", "ipaddresses", &ip),
             vec![json!("10.96.0.1"), json!("services/default/kubernetes")]
+        );
+        // Group-qualified and lower-cased; no namespace segment for a cluster-scoped parent.
+        let ip = json!({"metadata": {"name": "2001:db8::1"}, "spec": {"parentRef":
+            {"group": "Gateway.Networking.k8s.io", "resource": "Gateways", "name": "edge"}}});
+        assert_eq!(
+            row("networking.k8s.io", "ipaddresses", &ip)[1],
+            json!("gateways.gateway.networking.k8s.io/edge")
+        );
+        assert_eq!(
+            row("networking.k8s.io", "ipaddresses", &json!({"spec": {}}))[1],
+            json!("<none>")
         );
     }
 

@@ -527,4 +527,29 @@ mod tests {
             [json!("gold (default)"), json!("csi.example.com")]
         );
     }
+
+    #[test]
+    fn volumeattributesclasses() {
+        assert_eq!(
+            header("storage.k8s.io", "volumeattributesclasses"),
+            vec![("Name", 0), ("DriverName", 0), ("Age", 0)]
+        );
+        let vac = json!({"metadata": {"name": "silver", "creationTimestamp": CREATED},
+            "driverName": "pd.csi.storage.gke.io", "parameters": {"iops": "3000", "throughput": "50"}});
+        assert_eq!(
+            row("storage.k8s.io", "volumeattributesclasses", &vac),
+            vec![
+                json!("silver"),
+                json!("pd.csi.storage.gke.io"),
+                json!("10m")
+            ]
+        );
+        // Only the value "true" marks the default class.
+        let vac = json!({"metadata": {"name": "bronze", "annotations":
+            {"volumeattributesclass.alpha.kubernetes.io/is-default-class": "false"}}, "driverName": "d"});
+        assert_eq!(
+            row("storage.k8s.io", "volumeattributesclasses", &vac)[0],
+            json!("bronze")
+        );
+    }
 }

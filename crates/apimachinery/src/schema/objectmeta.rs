@@ -25,13 +25,17 @@ pub fn coerce_meta(meta: &Value) -> Result<(Value, Vec<String>), String> {
 fn diff(input: &Value, typed: &Value, path: &str, out: &mut Vec<String>) {
     match (input, typed) {
         (Value::Object(a), Value::Object(b)) => {
-            for (k, v) in a {
+            // Sorted, as upstream finds them: it decodes metadata re-encoded from a Go map.
+            let mut keys: Vec<&String> = a.keys().collect();
+            keys.sort();
+            for k in keys {
+                let v = &a[k.as_str()];
                 let p = if path.is_empty() {
                     k.clone()
                 } else {
                     format!("{path}.{k}")
                 };
-                match b.get(k) {
+                match b.get(k.as_str()) {
                     Some(tv) => diff(v, tv, &p, out),
                     None if !v.is_null() => out.push(p),
                     None => {}

@@ -551,6 +551,7 @@ pub(crate) fn validate_pvc_spec(spec: Option<&Value>, path: &FieldPath) -> Error
             "",
         ));
     }
+    errs.extend(super::storage_vac::pvc_spec_class_name(spec, path));
     if let Some(vm) = get_str(spec, &["volumeMode"]) {
         if vm != "Block" && vm != "Filesystem" {
             errs.push(FieldError::not_supported(

@@ -50,6 +50,7 @@ fn validate_pod_security_context(spec: &Value, path: &FieldPath) -> ErrorList {
             }
         }
     }
+    errs.extend(super::core_sysctl::validate_sysctls(spec, path));
     if get(spec, &["shareProcessNamespace"]).and_then(Value::as_bool) == Some(true)
         && get(spec, &["hostPID"]).and_then(Value::as_bool) == Some(true)
     {

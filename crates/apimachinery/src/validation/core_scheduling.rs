@@ -77,7 +77,7 @@ pub(crate) fn validate_tolerations(tolerations: &[Value], path: &FieldPath) -> E
     errs
 }
 
-fn validate_node_selector_term(term: &Value, path: &FieldPath) -> ErrorList {
+pub(crate) fn validate_node_selector_term(term: &Value, path: &FieldPath) -> ErrorList {
     let mut errs = ErrorList::new();
     for (j, rq) in get_arr(term, &["matchExpressions"]).iter().enumerate() {
         let p = path.child("matchExpressions").index(j);

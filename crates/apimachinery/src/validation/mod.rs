@@ -9,7 +9,12 @@
 //! - `core_pod`, `core_container`, `core_volume`, `core_scheduling`, `core_service`, `core_quota`, `core`: the core
 //!   group; `apps`, `batch` (with `cron`): those
 //!   groups; `other`: coordination, scheduling, storage, events, RBAC, networking, discovery, policy,
-//!   autoscaling; `crd`: CustomResourceDefinitions (schemas through `crate::schema`).
+//!   autoscaling; `crd`: CustomResourceDefinitions (schemas through `crate::schema`);
+//!   `networking_ipam` (ServiceCIDR, IPAddress), `storage_vac` (VolumeAttributesClass and the claim/volume
+//!   class names), `flowcontrol`, `apiregistration` (APIService) and `admission_policy` (mutating
+//!   admission policies), reached through `other`.
+//! - `resource` (with `resource_claim`, `resource_slice`): `resource.k8s.io` DeviceClass, ResourceClaim
+//!   (spec and status), ResourceClaimTemplate, ResourceSlice.
 //!
 //! Deliberately different: the server, not these functions, checks namespace presence and scope,
 //! `resourceVersion` on update, and allocates cluster IPs and node ports before validation. Kinds not
@@ -21,6 +26,8 @@ use serde_json::Value;
 pub mod field;
 pub mod names;
 
+mod admission_policy;
+mod apiregistration;
 mod apps;
 pub(crate) mod b64;
 mod batch;
@@ -30,12 +37,19 @@ mod core_pod;
 mod core_quota;
 mod core_scheduling;
 mod core_service;
+mod core_sysctl;
 mod core_volume;
 pub mod crd;
 mod cron;
+mod flowcontrol;
 pub(crate) mod json;
 pub mod meta;
+mod networking_ipam;
 mod other;
+mod resource;
+mod resource_claim;
+mod resource_slice;
+mod storage_vac;
 
 #[cfg(test)]
 mod tests_apps_batch;
@@ -45,6 +59,8 @@ mod tests_core;
 mod tests_crd;
 #[cfg(test)]
 mod tests_pod;
+#[cfg(test)]
+mod tests_resource;
 
 pub(crate) use core_container::parse_quantity;
 pub use cron::parse_standard as parse_cron_schedule;
@@ -104,6 +120,11 @@ pub fn validate_create(group: &str, kind: &str, obj: &Value) -> ErrorList {
                 ));
                 errs
             }
+            "PersistentVolume" => {
+                let mut errs = meta_only(NameRule::Subdomain);
+                errs.extend(storage_vac::pv_spec_class_name(obj));
+                errs
+            }
             "PersistentVolumeClaim" => {
                 let mut errs = meta_only(NameRule::Subdomain);
                 errs.extend(core::validate_pvc_spec(
@@ -120,6 +141,8 @@ pub fn validate_create(group: &str, kind: &str, obj: &Value) -> ErrorList {
         "batch" => {
             batch::validate_create(kind, obj).unwrap_or_else(|| meta_only(NameRule::Subdomain))
         }
+        "resource.k8s.io" => resource::validate_create(kind, obj)
+            .unwrap_or_else(|| meta::validate_object_meta(obj, NameRule::Subdomain, true)),
         _ => other::validate_create(group, kind, obj).unwrap_or_else(|| {
             meta::validate_object_meta(obj, NameRule::Subdomain, is_builtin_group(group))
         }),
@@ -166,10 +189,26 @@ pub fn validate_update(group: &str, kind: &str, new: &Value, old: &Value) -> Err
                 ));
                 errs
             }
+            "PersistentVolume" => {
+                let mut errs = meta_update();
+                errs.extend(storage_vac::pv_spec_class_name(new));
+                errs.extend(storage_vac::pv_update_class_name(new, old));
+                errs
+            }
+            "PersistentVolumeClaim" => {
+                let mut errs = meta_update();
+                errs.extend(storage_vac::pvc_spec_class_name(
+                    json::get(new, &["spec"]).unwrap_or(&Value::Null),
+                    &FieldPath::root("spec"),
+                ));
+                errs.extend(storage_vac::pvc_update_class_name(new, old));
+                errs
+            }
             _ => meta_update(),
         },
         "apps" => apps::validate_update(kind, new, old).unwrap_or_else(meta_update),
         "batch" => batch::validate_update(kind, new, old).unwrap_or_else(meta_update),
+        "resource.k8s.io" => resource::validate_update(kind, new, old).unwrap_or_else(meta_update),
         _ => other::validate_update(group, kind, new, old).unwrap_or_else(|| {
             meta::validate_object_meta_update(new, old, is_builtin_group(group))
         }),

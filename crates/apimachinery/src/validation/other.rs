@@ -457,6 +457,7 @@ fn hpa(obj: &Value) -> ErrorList {
 }
 
 type Check = fn(&Value) -> ErrorList;
+type UpdateCheck = fn(&Value, &Value) -> ErrorList;
 
 /// The name rule and spec check of a kind of these groups.
 fn rules(group: &str, kind: &str) -> Option<(NameRule, Option<Check>)> {
@@ -498,8 +499,74 @@ fn rules(group: &str, kind: &str) -> Option<(NameRule, Option<Check>)> {
     Some(r)
 }
 
+/// Kinds validated in their own modules: ServiceCIDR and IPAddress (`networking_ipam`),
+/// VolumeAttributesClass (`storage_vac`), FlowSchema and PriorityLevelConfiguration
+/// (`flowcontrol`), APIService (`apiregistration`) and the mutating admission policies
+/// (`admission_policy`): `(create, update)`.
+fn own_module(group: &str, kind: &str) -> Option<(Check, UpdateCheck)> {
+    use super::storage_vac;
+    use super::{
+        admission_policy as ap, apiregistration, flowcontrol as fc, networking_ipam as ni,
+    };
+    let r: (Check, UpdateCheck) = match (group, kind) {
+        ("networking.k8s.io", "ServiceCIDR") => {
+            (ni::validate_service_cidr, ni::validate_service_cidr_update)
+        }
+        ("networking.k8s.io", "IPAddress") => {
+            (ni::validate_ip_address, ni::validate_ip_address_update)
+        }
+        ("storage.k8s.io", "VolumeAttributesClass") => (
+            storage_vac::validate_volume_attributes_class,
+            storage_vac::validate_volume_attributes_class_update,
+        ),
+        ("flowcontrol.apiserver.k8s.io", "FlowSchema") => (fc::validate_flow_schema, |new, old| {
+            with_meta_update(fc::validate_flow_schema(new), new, old)
+        }),
+        ("flowcontrol.apiserver.k8s.io", "PriorityLevelConfiguration") => {
+            (fc::validate_priority_level, |new, old| {
+                with_meta_update(fc::validate_priority_level(new), new, old)
+            })
+        }
+        ("apiregistration.k8s.io", "APIService") => (
+            apiregistration::validate_api_service,
+            apiregistration::validate_api_service_update,
+        ),
+        ("admissionregistration.k8s.io", "MutatingAdmissionPolicy") => {
+            (ap::validate_mutating_policy, |new, old| {
+                with_meta_update(ap::validate_mutating_policy(new), new, old)
+            })
+        }
+        ("admissionregistration.k8s.io", "MutatingAdmissionPolicyBinding") => {
+            (ap::validate_mutating_binding, |new, old| {
+                with_meta_update(ap::validate_mutating_binding(new), new, old)
+            })
+        }
+        _ => return None,
+    };
+    Some(r)
+}
+
+/// An update validated as a create: the create's errors, with its metadata errors replaced by
+/// those of the metadata update rules (names cannot change, so the create's name checks hold).
+fn with_meta_update(create: ErrorList, new: &Value, old: &Value) -> ErrorList {
+    let kube_rules = !new
+        .get("apiVersion")
+        .and_then(Value::as_str)
+        .is_some_and(|v| v.starts_with("admissionregistration.k8s.io/"));
+    let mut errs = meta::validate_object_meta_update(new, old, kube_rules);
+    errs.extend(
+        create
+            .into_iter()
+            .filter(|e| !e.field.as_str().starts_with("metadata.")),
+    );
+    errs
+}
+
 /// `validate_create` for these groups; `None` for kinds they do not cover.
 pub(crate) fn validate_create(group: &str, kind: &str, obj: &Value) -> Option<ErrorList> {
+    if let Some((create, _)) = own_module(group, kind) {
+        return Some(create(obj));
+    }
     let (rule, check) = rules(group, kind)?;
     let mut errs = meta::validate_object_meta(obj, rule, true);
     if let Some(check) = check {
@@ -515,6 +582,9 @@ pub(crate) fn validate_update(
     new: &Value,
     old: &Value,
 ) -> Option<ErrorList> {
+    if let Some((_, update)) = own_module(group, kind) {
+        return Some(update(new, old));
+    }
     let (_, check) = rules(group, kind)?;
     let mut errs = meta::validate_object_meta_update(new, old, true);
     if let Some(check) = check {

@@ -11,15 +11,12 @@ use serde_json::{json, Value};
 
 pub const AGGREGATED_V2: &str =
     "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
-pub const AGGREGATED_V2BETA1: &str =
-    "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList";
 pub const AGGREGATED_V2_PROTOBUF: &str =
     "application/vnd.kubernetes.protobuf;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList";
-pub const AGGREGATED_V2BETA1_PROTOBUF: &str =
-    "application/vnd.kubernetes.protobuf;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList";
 
-/// Which aggregated discovery version and format the client accepts, if any (first acceptable entry
-/// wins), as the content type to answer with.
+/// Which aggregated discovery format the client accepts, if any (first acceptable entry wins), as the
+/// content type to answer with. Only `v2`: upstream stopped serving `v2beta1` in 1.33
+/// (`AggregatedDiscoveryRemoveBetaType`), so a client asking for it gets its next choice.
 pub fn wants_aggregated(headers: &HeaderMap) -> Option<&'static str> {
     let accept = headers.get(http::header::ACCEPT)?.to_str().ok()?;
     for entry in accept.split(',') {
@@ -33,11 +30,9 @@ pub fn wants_aggregated(headers: &HeaderMap) -> Option<&'static str> {
             && has("as=APIGroupDiscoveryList")
         {
             let protobuf = media == Some("application/vnd.kubernetes.protobuf");
-            match (has("v=v2"), has("v=v2beta1"), protobuf) {
-                (true, _, false) => return Some(AGGREGATED_V2),
-                (true, _, true) => return Some(AGGREGATED_V2_PROTOBUF),
-                (_, true, false) => return Some(AGGREGATED_V2BETA1),
-                (_, true, true) => return Some(AGGREGATED_V2BETA1_PROTOBUF),
+            match (has("v=v2"), protobuf) {
+                (true, false) => return Some(AGGREGATED_V2),
+                (true, true) => return Some(AGGREGATED_V2_PROTOBUF),
                 _ => {}
             }
         }
@@ -134,10 +129,21 @@ fn api_group(name: &str, versions: &[String]) -> Value {
 }
 
 /// `GET /apis`.
+/// The groups in upstream's discovery order: by their APIServices' `groupPriorityMinimum`, highest
+/// first, then by name (kube-aggregator's `sortGroupDiscoveryByKubeAwareVersion` / `ByPriority`).
+fn ordered_groups(snap: &Snapshot) -> Vec<&(String, Vec<String>)> {
+    let mut groups: Vec<&(String, Vec<String>)> = snap.groups.iter().collect();
+    groups.sort_by(|(a, av), (b, bv)| {
+        let pa = crate::apiservices::priority(a, av.first().map_or("", String::as_str)).0;
+        let pb = crate::apiservices::priority(b, bv.first().map_or("", String::as_str)).0;
+        pb.cmp(&pa).then_with(|| a.cmp(b))
+    });
+    groups
+}
+
 pub fn api_group_list(snap: &Snapshot) -> Value {
-    let groups: Vec<Value> = snap
-        .groups
-        .iter()
+    let groups: Vec<Value> = ordered_groups(snap)
+        .into_iter()
         .filter(|(g, _)| !g.is_empty())
         .map(|(g, vs)| api_group(g, vs))
         .collect();
@@ -232,10 +238,9 @@ fn discovery_resource(r: &Arc<Resource>) -> Value {
 }
 
 /// The aggregated document for `/api` (core only) or `/apis` (all named groups).
-pub fn aggregated(snap: &Snapshot, legacy: bool, media_type: &str) -> Value {
-    let items: Vec<Value> = snap
-        .groups
-        .iter()
+pub fn aggregated(snap: &Snapshot, legacy: bool) -> Value {
+    let items: Vec<Value> = ordered_groups(snap)
+        .into_iter()
         .filter(|(g, _)| g.is_empty() == legacy)
         .map(|(group, versions)| {
             let vs: Vec<Value> = versions
@@ -252,14 +257,9 @@ pub fn aggregated(snap: &Snapshot, legacy: bool, media_type: &str) -> Value {
             json!({"metadata": {"name": group, "creationTimestamp": null}, "versions": vs})
         })
         .collect();
-    let version = if media_type == AGGREGATED_V2 || media_type == AGGREGATED_V2_PROTOBUF {
-        "v2"
-    } else {
-        "v2beta1"
-    };
     json!({
         "kind": "APIGroupDiscoveryList",
-        "apiVersion": format!("apidiscovery.k8s.io/{version}"),
+        "apiVersion": "apidiscovery.k8s.io/v2",
         "metadata": {},
         "items": items,
     })
@@ -300,7 +300,7 @@ mod tests {
             .unwrap()
             .iter()
             .any(|g| g["name"] == "apps"));
-        let agg = aggregated(&snap, false, AGGREGATED_V2);
+        let agg = aggregated(&snap, false);
         let apps = agg["items"]
             .as_array()
             .unwrap()
@@ -314,6 +314,41 @@ mod tests {
     }
 
     #[test]
+    fn groups_in_upstream_priority_order() {
+        let snap = apimachinery::resources::Registry::with_builtin().snapshot();
+        let list = api_group_list(&snap);
+        let names: Vec<&str> = list["groups"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|g| g["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            &names[..5],
+            [
+                "apiregistration.k8s.io",
+                "apps",
+                "events.k8s.io",
+                "authentication.k8s.io",
+                "authorization.k8s.io"
+            ]
+        );
+        assert_eq!(names.last(), Some(&"flowcontrol.apiserver.k8s.io"));
+        let agg = aggregated(&snap, false);
+        assert_eq!(
+            agg["items"][0]["metadata"]["name"],
+            "apiregistration.k8s.io"
+        );
+        let autoscaling = agg["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|g| g["metadata"]["name"] == "autoscaling")
+            .unwrap();
+        assert_eq!(autoscaling["versions"][0]["version"], "v2");
+    }
+
+    #[test]
     fn kubectl_accept_header_selects_v2() {
         let mut h = HeaderMap::new();
         h.insert(
@@ -322,6 +357,14 @@ mod tests {
         );
         assert_eq!(wants_aggregated(&h), Some(AGGREGATED_V2));
         h.insert(http::header::ACCEPT, "application/json".parse().unwrap());
+        assert_eq!(wants_aggregated(&h), None);
+        // v2beta1 is no longer served (1.33+): the client's next choice, legacy JSON, is.
+        h.insert(
+            http::header::ACCEPT,
+            "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList,application/json"
+                .parse()
+                .unwrap(),
+        );
         assert_eq!(wants_aggregated(&h), None);
     }
 
@@ -335,7 +378,7 @@ mod tests {
         let media = wants_aggregated(&h).unwrap();
         assert_eq!(media, AGGREGATED_V2_PROTOBUF);
         let snap = apimachinery::resources::Registry::with_builtin().snapshot();
-        let doc = aggregated(&snap, false, media);
+        let doc = aggregated(&snap, false);
         assert_eq!(doc["apiVersion"], "apidiscovery.k8s.io/v2");
         let bytes = apimachinery::serializer::protobuf::encode(&doc).unwrap();
         let back = apimachinery::serializer::protobuf::decode(&bytes).unwrap();

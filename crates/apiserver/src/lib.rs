@@ -8,6 +8,7 @@
 
 pub mod admission;
 pub mod allocator;
+pub mod apiservices;
 pub mod authn;
 pub mod authz;
 pub mod bootstrap;
@@ -16,6 +17,7 @@ pub mod connect;
 pub mod crd;
 pub mod discovery;
 pub mod filter;
+pub mod flowcontrol;
 pub mod kubelet_client;
 pub mod metrics;
 pub mod objects;
@@ -128,6 +130,8 @@ pub struct ApiServer {
     pub kubelet: kubelet_client::KubeletClient,
     /// See [`Config::pod_network_namespace`].
     pub pod_network_namespace: Option<PathBuf>,
+    /// How ComponentStatuses probe the scheduler and controller manager.
+    pub components: rest::componentstatus::Components,
 }
 
 impl ApiServer {
@@ -232,6 +236,7 @@ pub async fn start_with_metrics(
         quota: Default::default(),
         kubelet,
         pod_network_namespace: config.pod_network_namespace.clone(),
+        components: Default::default(),
     });
     let current = store.current_revision().await.map_err(|e| e.to_string())?;
     tokio::spawn(caches.clone().run(store.clone()));
@@ -241,6 +246,9 @@ pub async fn start_with_metrics(
     authz::start(&api);
     bootstrap::ensure_defaults(&api).await?;
     tokio::spawn(crd::run(api.clone()));
+    apiservices::sync(&api, false).await;
+    tokio::spawn(apiservices::run(api.clone()));
+    tokio::spawn(flowcontrol::run(api.clone()));
     let compactor = {
         let caches = caches.clone();
         storage::compaction::spawn_auto_compaction_with(

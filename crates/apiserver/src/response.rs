@@ -40,8 +40,12 @@ pub fn bytes_response(
     resp
 }
 
+/// A JSON body ending in a newline, as upstream's serializer writes it (Go's `json.Encoder`), so
+/// clients comparing error bodies byte for byte see the same bytes.
 pub fn json_response(code: StatusCode, value: &Value) -> Response<Body> {
-    bytes_response(code, JSON, serde_json::to_vec(value).unwrap_or_default())
+    let mut body = serde_json::to_vec(value).unwrap_or_default();
+    body.push(b'\n');
+    bytes_response(code, JSON, body)
 }
 
 pub fn error_response(err: &ApiError) -> Response<Body> {

@@ -40,6 +40,12 @@ impl Running {
         &self.api
     }
 
+    /// Probes the component `name` (`scheduler`, `controller-manager`) in-process for
+    /// ComponentStatuses, instead of at upstream's address.
+    pub fn register_component(&self, name: &str, probe: crate::rest::componentstatus::Probe) {
+        self.api.components.register(name, probe);
+    }
+
     /// Serves until the process is stopped.
     pub async fn wait(self) {
         let _ = self.accept.await;
@@ -312,7 +318,7 @@ async fn route(
     let snap = || api.registry.snapshot();
     let discovery_json = |doc: serde_json::Value| Ok(response::json_response(StatusCode::OK, &doc));
     let aggregated = |legacy: bool, media: &'static str| {
-        let doc = discovery::aggregated(&snap(), legacy, media);
+        let doc = discovery::aggregated(&snap(), legacy);
         let body = if media.starts_with(apimachinery::serializer::protobuf::MEDIA_TYPE) {
             apimachinery::serializer::protobuf::encode(&doc).map_err(ApiError::internal)?
         } else {

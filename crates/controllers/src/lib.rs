@@ -23,6 +23,7 @@
 //! - [`resourcequota`]: ResourceQuota status (hard limits and current usage).
 //! - [`rootcacertpublisher`]: the `kube-root-ca.crt` ConfigMap in every namespace.
 //! - [`serviceaccount`]: the `default` ServiceAccount in every namespace.
+//! - [`servicecidrs`]: ServiceCIDR finalizers and Ready conditions.
 //! - [`statefulset`]: ordered pods with stable identities and storage.
 //! - [`ttlafterfinished`]: deletes finished Jobs after their TTL.
 
@@ -46,6 +47,7 @@ pub mod replicaset;
 pub mod resourcequota;
 pub mod rootcacertpublisher;
 pub mod serviceaccount;
+pub mod servicecidrs;
 pub mod statefulset;
 pub mod tainteviction;
 pub mod ttlafterfinished;
@@ -345,6 +347,13 @@ pub const CONTROLLERS: &[ControllerDescriptor] = &[
         enabled_by_default: true,
         workers: 5,
         run: |c| Box::pin(cronjob::run(c.client.clone(), &c.factory, c.workers)),
+    },
+    ControllerDescriptor {
+        name: "service-cidr-controller",
+        alias: "service-cidr-controller",
+        enabled_by_default: true,
+        workers: 5,
+        run: |c| Box::pin(servicecidrs::run(c.client.clone(), &c.factory, c.workers)),
     },
     ControllerDescriptor {
         name: "ttl-after-finished-controller",

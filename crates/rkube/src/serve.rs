@@ -191,7 +191,9 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
             crate::scheduler_config(args.scheduler_config.as_deref(), "default-scheduler", 0)?;
         let kubeconfig = args.data_dir.join("admin.kubeconfig");
         let client = client::kubeconfig::client_from_file(&kubeconfig).await?;
-        Some(AbortOnDrop(tokio::spawn(scheduler::run(client, config))))
+        let task = AbortOnDrop(tokio::spawn(scheduler::run(client, config)));
+        running.register_component("scheduler", task.probe("the scheduler stopped"));
+        Some(task)
     } else {
         None
     };
@@ -200,9 +202,14 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
         let kubeconfig = args.data_dir.join("admin.kubeconfig");
         let client = client::kubeconfig::client_from_file(&kubeconfig).await?;
         let options = args.controllers.options(true, Some(&kubeconfig))?;
-        Some(AbortOnDrop(tokio::spawn(controllers::run_selected(
+        let task = AbortOnDrop(tokio::spawn(controllers::run_selected(
             client, selected, options,
-        ))))
+        )));
+        running.register_component(
+            "controller-manager",
+            task.probe("the controller manager stopped"),
+        );
+        Some(task)
     } else {
         None
     };
@@ -236,6 +243,20 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
 
 /// Stops a component's task when the server returns.
 struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl AbortOnDrop {
+    /// Healthy ("ok") while the component's task runs, as its `/healthz` would answer.
+    fn probe(&self, stopped: &'static str) -> apiserver::rest::componentstatus::Probe {
+        let handle = self.0.abort_handle();
+        std::sync::Arc::new(move || {
+            if handle.is_finished() {
+                Err(stopped.to_string())
+            } else {
+                Ok("ok".to_string())
+            }
+        })
+    }
+}
 
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {

@@ -245,6 +245,7 @@ impl Store for EtcdStore {
             None => header_revision(resp.header())?,
         };
         let more = resp.more();
+        let count = resp.count();
         let items = resp
             .take_kvs()
             .into_iter()
@@ -254,6 +255,7 @@ impl Store for EtcdStore {
             items,
             revision,
             more,
+            count,
         })
     }
 

@@ -50,6 +50,10 @@ pub struct ListResult {
     pub items: Vec<KeyValue>,
     pub revision: Revision,
     pub more: bool,
+    /// How many keys the range (from `start_after` to the end of the prefix) holds at `revision`,
+    /// whatever the limit: etcd's `RangeResponse.count`, which upstream's `remainingItemCount` is
+    /// computed from.
+    pub count: i64,
 }
 
 /// Options of a list: which keys, from where, how many, and at which revision.

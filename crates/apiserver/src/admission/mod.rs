@@ -11,6 +11,7 @@
 
 pub mod limitranger;
 pub mod resourcequota;
+pub mod runtimeclass;
 
 use apimachinery::status::{ApiError, Qualified};
 use serde_json::Value;

@@ -4,6 +4,7 @@
 //! ClusterRoleBindings ([`rbac`]), created through the same REST path as any client's objects, so they
 //! get the same defaults.
 
+pub mod flowcontrol;
 pub mod rbac;
 
 use std::sync::Arc;
@@ -20,6 +21,7 @@ pub async fn ensure_defaults(api: &Arc<ApiServer>) -> Result<(), String> {
         let obj = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
         create_if_missing(api, ("", "v1", "namespaces"), None, obj).await?;
     }
+    crate::allocator::default_cidr::start(api).await?;
     let svc = json!({
         "apiVersion": "v1",
         "kind": "Service",
@@ -33,6 +35,7 @@ pub async fn ensure_defaults(api: &Arc<ApiServer>) -> Result<(), String> {
         },
     });
     create_if_missing(api, ("", "v1", "services"), Some("default"), svc).await?;
+    flowcontrol::ensure(api).await?;
     rbac::ensure(api).await
 }
 

@@ -9,15 +9,21 @@ use apimachinery::validation::field::{FieldError, FieldPath};
 use serde_json::{json, Value};
 
 use super::info::CrdInfo;
+use crate::rest::decode::{finish, Strict};
+use crate::rest::strict::MAX_ERRORS;
 
 /// Decodes a request body as upstream's schema-coercing decoder does: `metadata` through ObjectMeta,
-/// unknown fields pruned (reported per `fieldValidation`: Strict is a 400, Warn returns warnings),
-/// non-nullable nulls without default dropped, embedded resources' metadata coerced.
+/// unknown fields pruned (reported per `fieldValidation`: Strict is a 400, or a 422 for a patch;
+/// Warn returns warnings), non-nullable nulls without default dropped, embedded resources'
+/// metadata coerced. The strict errors come in upstream's order: the body's repeated keys (in
+/// document order), unknown metadata fields, pruned fields, unknown metadata fields of embedded
+/// resources (each group sorted).
 pub fn check_fields(
     info: &CrdInfo,
     version: &str,
     obj: &mut Value,
     field_validation: Option<&str>,
+    strict: &Strict,
 ) -> Result<Vec<String>, ApiError> {
     let mode = field_validation.unwrap_or("Warn");
     if !matches!(mode, "Strict" | "Warn" | "Ignore") {
@@ -25,39 +31,134 @@ pub fn check_fields(
             "fieldValidation: Unsupported value: {mode:?}: supported values: \"Ignore\", \"Strict\", \"Warn\""
         )));
     }
-    let mut unknown = Vec::new();
-    if let Some(meta) = obj.get_mut("metadata").filter(|m| !m.is_null()) {
-        let (coerced, extra) = objectmeta::coerce_meta(meta).map_err(|e| {
-            ApiError::bad_request(format!(
-                "{kind} in version {version:?} cannot be handled as a {kind}: {e}",
-                kind = info.kind
-            ))
-        })?;
-        unknown.extend(extra.into_iter().map(|f| format!("metadata.{f}")));
-        *meta = coerced;
-    }
-    let schema = info.schema(version);
-    unknown.extend(prune::prune(obj, schema));
-    prune::prune_nulls(obj, schema);
-    let embedded = objectmeta::coerce_embedded(obj, schema).map_err(|e| {
+    let cannot = |e: &dyn std::fmt::Display| {
         ApiError::bad_request(format!(
             "{kind} in version {version:?} cannot be handled as a {kind}: {e}",
             kind = info.kind
         ))
-    })?;
-    unknown.extend(embedded);
-    let messages: Vec<String> = unknown
+    };
+    // A failed Strict patch shows the patched object as it was before pruning.
+    let patched = (strict.patch.is_some() && mode == "Strict").then(|| obj.clone());
+    let mut errors: Vec<String> = strict
+        .dups
         .iter()
-        .map(|p| format!("unknown field {p:?}"))
+        .take(MAX_ERRORS)
+        .map(|d| format!("duplicate field {:?}", d.path))
         .collect();
-    if mode == "Strict" && !messages.is_empty() {
-        return Err(ApiError::bad_request(format!(
-            "{kind} in version {version:?} cannot be handled as a {kind}: strict decoding error: {}",
-            messages.join(", "),
-            kind = info.kind
-        )));
+    let unknown = unknown_fields(info, version, obj).map_err(|e| cannot(&e))?;
+    errors.extend(unknown.iter().map(|p| format!("unknown field {p:?}")));
+    finish(
+        errors,
+        field_validation,
+        strict,
+        &info.kind,
+        version,
+        patched.as_ref().unwrap_or(obj),
+    )
+}
+
+/// Coerces `obj` as the schema-coercing decoder does and returns the unknown fields' paths in
+/// upstream's order (metadata, pruned, embedded metadata; each sorted as upstream sorts them).
+fn unknown_fields(info: &CrdInfo, version: &str, obj: &mut Value) -> Result<Vec<String>, String> {
+    let mut unknown = Vec::new();
+    if let Some(meta) = obj.get_mut("metadata").filter(|m| !m.is_null()) {
+        let (coerced, extra) = objectmeta::coerce_meta(meta)?;
+        unknown.extend(extra.into_iter().map(|f| format!("metadata.{f}")));
+        *meta = coerced;
     }
-    Ok(if mode == "Warn" { messages } else { Vec::new() })
+    let schema = info.schema(version);
+    let mut pruned = prune::prune(obj, schema);
+    pruned.sort();
+    unknown.extend(pruned);
+    prune::prune_nulls(obj, schema);
+    let mut embedded = objectmeta::coerce_embedded(obj, schema).map_err(|e| e.to_string())?;
+    embedded.sort();
+    unknown.extend(embedded);
+    Ok(unknown)
+}
+
+/// Server-side apply of a custom resource: fields its schema does not declare fail the apply as
+/// upstream's structured-merge type conversion fails it, whatever `fieldValidation` says (500,
+/// `failed to create typed patch object (<ns>/<name>; <group>/<version>, Kind=<kind>): .spec.foo:
+/// field not declared in schema`).
+pub fn check_apply(
+    info: &CrdInfo,
+    version: &str,
+    config: &Value,
+    namespace: &str,
+    name: &str,
+) -> Result<(), ApiError> {
+    let mut copy = config.clone();
+    let Ok(unknown) = unknown_fields(info, version, &mut copy) else {
+        // Wrongly typed metadata: left to the decoding that follows.
+        return Ok(());
+    };
+    if unknown.is_empty() {
+        return Ok(());
+    }
+    let schema = info.schema(version);
+    let errors: Vec<String> = unknown
+        .iter()
+        .map(|p| {
+            format!(
+                "{}: field not declared in schema",
+                smd_path(config, schema, p)
+            )
+        })
+        .collect();
+    let detail = match errors.as_slice() {
+        [one] => one.clone(),
+        many => format!("errors:\n  {}", many.join("\n  ")),
+    };
+    Err(ApiError {
+        code: 500,
+        reason: "",
+        message: format!(
+            "failed to create typed patch object ({namespace}/{name}; {}/{version}, Kind={}): {detail}",
+            info.group, info.kind
+        ),
+        details: None,
+    })
+}
+
+/// A field path (`spec.ports[0].foo`) as structured-merge-diff prints it: a leading dot, and list
+/// items of `x-kubernetes-list-type: map` lists named by their keys (`.spec.ports[containerPort=80,protocol="TCP"].foo`).
+fn smd_path(obj: &Value, schema: Option<&apimachinery::schema::Schema>, path: &str) -> String {
+    let mut out = String::new();
+    let mut cur = Some(obj);
+    let mut s = schema;
+    let mut rest = path;
+    while !rest.is_empty() {
+        if let Some(after) = rest.strip_prefix('[') {
+            let Some(end) = after.find(']') else { break };
+            let index: usize = after[..end].parse().unwrap_or(0);
+            let item = cur.and_then(|c| c.get(index));
+            match (s.filter(|s| s.list_type.as_deref() == Some("map")), item) {
+                (Some(list), Some(item)) if !list.list_map_keys.is_empty() => {
+                    let keys: Vec<String> = list
+                        .list_map_keys
+                        .iter()
+                        .map(|k| format!("{k}={}", item.get(k).unwrap_or(&Value::Null)))
+                        .collect();
+                    out.push_str(&format!("[{}]", keys.join(",")));
+                }
+                _ => out.push_str(&format!("[{index}]")),
+            }
+            cur = item;
+            s = s.and_then(|s| s.items.as_deref());
+            rest = &after[end + 1..];
+        } else {
+            let seg = rest.strip_prefix('.').unwrap_or(rest);
+            let end = seg.find(['.', '[']).unwrap_or(seg.len());
+            let key = &seg[..end];
+            out.push('.');
+            out.push_str(key);
+            cur = cur.and_then(|c| c.get(key));
+            s = s.and_then(|s| s.field(key).flatten());
+            rest = &seg[end..];
+        }
+    }
+    out
 }
 
 /// Applies the version's schema defaults.
@@ -264,4 +365,77 @@ pub fn set_replicas(
         cur = map.entry(seg.to_string()).or_insert(Value::Null);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn info() -> CrdInfo {
+        CrdInfo::parse(&json!({
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": "noxus.example.com"},
+            "spec": {"group": "example.com", "scope": "Cluster",
+                "names": {"plural": "noxus", "singular": "noxu", "kind": "Noxu", "listKind": "NoxuList"},
+                "versions": [{"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema": {
+                    "type": "object",
+                    "properties": {"spec": {"type": "object", "x-kubernetes-preserve-unknown-fields": true,
+                        "properties": {
+                            "template": {"type": "object", "x-kubernetes-embedded-resource": true,
+                                "properties": {"metadata": {"type": "object", "properties": {"name": {"type": "string"}}},
+                                    "spec": {"type": "object"}}},
+                            "foo": {"type": "string"},
+                            "ports": {"type": "array", "x-kubernetes-list-type": "map",
+                                "x-kubernetes-list-map-keys": ["containerPort", "protocol"],
+                                "items": {"type": "object", "required": ["containerPort", "protocol"],
+                                    "properties": {"containerPort": {"type": "integer"}, "protocol": {"type": "string"}}}}}},
+                        "status": {"type": "object", "properties": {"a": {"type": "string"}}}}}}}]}
+        }))
+        .expect("crd")
+    }
+
+    #[test]
+    fn custom_resources_report_duplicates_then_unknown_fields() {
+        let info = info();
+        let body = br#"{"apiVersion": "example.com/v1", "kind": "Noxu",
+            "metadata": {"name": "a", "zzz": 1, "unknownMeta": "x"},
+            "spec": {"foo": "1", "foo": "2", "kept": true,
+                "template": {"apiVersion": "v1", "kind": "Sub", "metadata": {"name": "s", "unknownSubMeta": "u"}, "bar": 1},
+                "ports": [{"containerPort": 80, "protocol": "TCP", "extra": 1}]},
+            "status": {"b": 1}, "unknownField": 2}"#;
+        let (mut obj, dups) = crate::rest::strict::parse_json(body, false).unwrap();
+        let strict = Strict {
+            dups,
+            ..Strict::default()
+        };
+        let err = check_fields(&info, "v1", &mut obj.clone(), Some("Strict"), &strict).unwrap_err();
+        assert_eq!(
+            err.message,
+            r#"Noxu in version "v1" cannot be handled as a Noxu: strict decoding error: duplicate field "spec.foo", unknown field "metadata.unknownMeta", unknown field "metadata.zzz", unknown field "spec.ports[0].extra", unknown field "spec.template.bar", unknown field "status.b", unknown field "unknownField", unknown field "spec.template.metadata.unknownSubMeta""#
+        );
+        let warnings = check_fields(&info, "v1", &mut obj, None, &strict).unwrap();
+        assert_eq!(warnings.len(), 8);
+        // Preserved unknown fields stay; the last value wins.
+        assert_eq!(obj["spec"]["kept"], true);
+        assert_eq!(obj["spec"]["foo"], "2");
+        assert!(obj.get("unknownField").is_none());
+        assert!(obj["spec"]["template"]["metadata"]
+            .get("unknownSubMeta")
+            .is_none());
+    }
+
+    #[test]
+    fn server_side_apply_fails_on_undeclared_fields() {
+        let info = info();
+        let config = json!({"apiVersion": "example.com/v1", "kind": "Noxu", "metadata": {"name": "a", "unknownMeta": 1},
+            "spec": {"ports": [{"containerPort": 80, "protocol": "TCP", "extra": 1}]}});
+        let err = check_apply(&info, "v1", &config, "", "a").unwrap_err();
+        assert_eq!(err.code, 500);
+        assert_eq!(
+            err.message,
+            "failed to create typed patch object (/a; example.com/v1, Kind=Noxu): errors:\n  .metadata.unknownMeta: field not declared in schema\n  .spec.ports[containerPort=80,protocol=\"TCP\"].extra: field not declared in schema"
+        );
+        let ok = json!({"apiVersion": "example.com/v1", "kind": "Noxu", "metadata": {"name": "a"}, "spec": {"anything": 1}});
+        check_apply(&info, "v1", &ok, "", "a").unwrap();
+    }
 }

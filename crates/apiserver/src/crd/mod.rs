@@ -204,6 +204,8 @@ async fn handle(
         ) {
             api.crds.remove(group, plural);
         }
+        let api = api.clone();
+        tokio::spawn(async move { crate::apiservices::sync(&api, true).await });
         return;
     }
     let new = resources_of(&crd);
@@ -224,6 +226,10 @@ async fn handle(
     for r in &new {
         api.caches.ensure(&r.storage, &r.group, &r.plural);
         api.registry.add(r.clone());
+    }
+    if old != new {
+        let api = api.clone();
+        tokio::spawn(async move { crate::apiservices::sync(&api, false).await });
     }
     served.insert(name.clone(), new);
     let status = desired_status(&crd);

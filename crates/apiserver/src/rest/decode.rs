@@ -9,6 +9,8 @@ use bytes::Bytes;
 use http::HeaderMap;
 use serde_json::Value;
 
+use super::strict;
+
 /// Upstream's limit on request bodies (`--max-request-body-bytes`, 3 MiB).
 pub const MAX_BODY: usize = 3 * 1024 * 1024;
 
@@ -54,6 +56,235 @@ pub fn parse_body(headers: &HeaderMap, body: &Bytes) -> Result<Value, ApiError> 
         ));
     }
     Ok(value)
+}
+
+/// `fieldValidation` (upstream `metav1.FieldValidation*`): Strict, Warn (the default) or Ignore;
+/// anything else is left to the field checks to reject.
+pub fn detects(field_validation: Option<&str>) -> bool {
+    matches!(field_validation.unwrap_or("Warn"), "Strict" | "Warn")
+}
+
+/// What a strict decoding found besides the value: repeated keys, and how to order and word what
+/// the field checks add (upstream's strict JSON/YAML serializer, `strictDecodingError`).
+#[derive(Clone, Debug, Default)]
+pub struct Strict {
+    /// go-yaml's one error for all repeated YAML keys (`yaml: unmarshal errors:\n  line 3: ...`);
+    /// reported first, and as one warning per line.
+    pub yaml: Option<String>,
+    /// Repeated JSON keys, in document order.
+    pub dups: Vec<strict::Dup>,
+    /// The JSON body, to place unknown fields among the duplicates in document order.
+    pub json: Option<Bytes>,
+    /// Unknown fields come in sorted key order: upstream decodes YAML bodies and patched objects
+    /// from JSON re-encoded from Go maps.
+    pub sorted: bool,
+    /// A patch (JSON, merge or strategic merge): errors of the patch itself, reported first, and
+    /// Strict failures are upstream's 422 on the field `patch`.
+    pub patch: Option<PatchStrict>,
+}
+
+/// A patch's own strict errors, and for a strategic merge patch the rendering of the patch map
+/// upstream's 422 shows (JSON and merge patches show the patched object).
+#[derive(Clone, Debug, Default)]
+pub struct PatchStrict {
+    pub errors: Vec<String>,
+    pub shown: Option<String>,
+}
+
+/// [`parse_body`] for create and update bodies, finding repeated keys when `fieldValidation` asks
+/// for it; `merge` when the object is typed (a repeated object merges into the first, as Go decodes
+/// it into the same struct).
+pub fn parse_request(
+    headers: &HeaderMap,
+    body: &Bytes,
+    field_validation: Option<&str>,
+    merge: bool,
+) -> Result<(Value, Strict), ApiError> {
+    if !detects(field_validation) || body.len() > MAX_BODY {
+        return Ok((parse_body(headers, body)?, Strict::default()));
+    }
+    match content_type(headers).as_str() {
+        "" | "application/json" | "*/*" => {
+            let (value, dups) = strict::parse_json(body, merge).map_err(|e| {
+                ApiError::bad_request(format!("couldn't get version/kind; json parse error: {e}"))
+            })?;
+            if !value.is_object() {
+                return Err(ApiError::bad_request(
+                    "couldn't get version/kind; json parse error: the body is not a JSON object",
+                ));
+            }
+            let json = (!dups.is_empty()).then(|| body.clone());
+            Ok((
+                value,
+                Strict {
+                    dups,
+                    json,
+                    ..Strict::default()
+                },
+            ))
+        }
+        "application/yaml" | "application/x-yaml" | "text/yaml" => {
+            let value = parse_body(headers, body)?;
+            let lines = strict::yaml_duplicates(body);
+            Ok((
+                value,
+                Strict {
+                    yaml: yaml_error(&lines),
+                    sorted: true,
+                    ..Strict::default()
+                },
+            ))
+        }
+        _ => Ok((parse_body(headers, body)?, Strict::default())),
+    }
+}
+
+fn yaml_error(lines: &[String]) -> Option<String> {
+    (!lines.is_empty()).then(|| format!("yaml: unmarshal errors:\n  {}", lines.join("\n  ")))
+}
+
+/// The patch's own strict errors (upstream decodes merge and strategic merge patches strictly into
+/// a map, JSON patches into its operations), when `fieldValidation` asks for them.
+pub fn patch_strict(patch_type: &str, body: &[u8], field_validation: Option<&str>) -> Strict {
+    if !detects(field_validation) {
+        return Strict::default();
+    }
+    let (errors, shown) = match patch_type {
+        "application/json-patch+json" => (
+            strict::json_patch_errors(body)
+                .into_iter()
+                .map(|e| format!("json patch {e}"))
+                .collect(),
+            None,
+        ),
+        _ => {
+            let (errors, value) = match strict::parse_json(body, false) {
+                Ok((value, dups)) => (
+                    dups.into_iter()
+                        .map(|d| format!("duplicate field {:?}", d.path))
+                        .collect(),
+                    Some(value),
+                ),
+                Err(_) => (Vec::new(), None),
+            };
+            let shown = (patch_type == "application/strategic-merge-patch+json")
+                .then(|| value.as_ref().map(go_plus_v))
+                .flatten();
+            (errors, shown)
+        }
+    };
+    Strict {
+        sorted: true,
+        patch: Some(PatchStrict { errors, shown }),
+        ..Strict::default()
+    }
+}
+
+/// Repeated keys of a server-side apply configuration (upstream `yaml.UnmarshalStrict` of the
+/// body after the apply): Strict is a 400 `error strict decoding YAML: ...`, Warn one warning per
+/// repeated key.
+pub fn apply_duplicates(
+    body: &[u8],
+    field_validation: Option<&str>,
+) -> Result<Vec<String>, ApiError> {
+    if !detects(field_validation) {
+        return Ok(Vec::new());
+    }
+    let Some(err) = yaml_error(&strict::yaml_duplicates(body)) else {
+        return Ok(Vec::new());
+    };
+    let err = format!("error converting YAML to JSON: {err}");
+    if field_validation == Some("Strict") {
+        return Err(ApiError::bad_request(format!(
+            "error strict decoding YAML: {err}"
+        )));
+    }
+    Ok(warnings_of(&err))
+}
+
+/// Upstream `parseYAMLWarnings`: a go-yaml strict error becomes one warning per line.
+fn warnings_of(err: &str) -> Vec<String> {
+    const SHORT: &str = "yaml: unmarshal errors:\n";
+    const LONG: &str = "error converting YAML to JSON: yaml: unmarshal errors:\n";
+    match err.strip_prefix(SHORT).or_else(|| err.strip_prefix(LONG)) {
+        Some(rest) => rest.split('\n').map(|l| l.trim().to_string()).collect(),
+        None => vec![err.to_string()],
+    }
+}
+
+/// Applies `fieldValidation` to what a decoding found: `errors` are the field checks' messages
+/// (`unknown field "spec.foo"`, duplicates already placed among them), after the YAML error and
+/// the patch's own. Strict: a 400 naming the kind (create, update) or upstream's 422 on `patch`;
+/// Warn: the warnings to send; Ignore: nothing.
+pub fn finish(
+    errors: Vec<String>,
+    field_validation: Option<&str>,
+    strict: &Strict,
+    kind: &str,
+    version: &str,
+    patched: &Value,
+) -> Result<Vec<String>, ApiError> {
+    if !detects(field_validation) {
+        return Ok(Vec::new());
+    }
+    let mut all: Vec<String> = strict.yaml.iter().cloned().collect();
+    if let Some(p) = &strict.patch {
+        all.extend(p.errors.iter().cloned());
+    }
+    all.extend(errors);
+    if all.is_empty() {
+        return Ok(Vec::new());
+    }
+    if field_validation == Some("Strict") {
+        let message = format!("strict decoding error: {}", all.join(", "));
+        return Err(match &strict.patch {
+            Some(p) => {
+                let shown = p
+                    .shown
+                    .clone()
+                    .unwrap_or_else(|| serde_json::to_string(patched).unwrap_or_default());
+                ApiError::invalid(
+                    &apimachinery::status::Qualified::default(),
+                    "",
+                    &[apimachinery::validation::field::FieldError::invalid(
+                        &apimachinery::validation::field::FieldPath::root("patch"),
+                        Value::String(shown),
+                        message,
+                    )],
+                )
+            }
+            None => ApiError::bad_request(format!(
+                "{kind} in version {version:?} cannot be handled as a {kind}: {message}"
+            )),
+        });
+    }
+    Ok(all.iter().flat_map(|e| warnings_of(e)).collect())
+}
+
+/// Go's `%+v` of a decoded JSON value (`map[spec:map[paused:true]]`), as upstream shows a strategic
+/// merge patch in its 422.
+fn go_plus_v(v: &Value) -> String {
+    match v {
+        Value::Null => "<nil>".into(),
+        Value::Bool(b) => b.to_string(),
+        Value::Number(n) => n.to_string(),
+        Value::String(s) => s.clone(),
+        Value::Array(items) => format!(
+            "[{}]",
+            items.iter().map(go_plus_v).collect::<Vec<_>>().join(" ")
+        ),
+        Value::Object(m) => {
+            let mut keys: Vec<&String> = m.keys().collect();
+            keys.sort();
+            format!(
+                "map[{}]",
+                keys.iter()
+                    .map(|k| format!("{k}:{}", go_plus_v(&m[k.as_str()])))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            )
+        }
+    }
 }
 
 /// Checks (and fills in) `apiVersion` and `kind` against the resource, `expected_kind` being the kind

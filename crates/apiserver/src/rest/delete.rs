@@ -297,7 +297,7 @@ async fn delete_now_raw(
     match ctx.api.store.delete(&key, Some(rv)).await {
         Ok(deleted) => {
             if ctx.resource.group.is_empty() && ctx.resource.plural == "services" {
-                ctx.api.services.release(obj);
+                ctx.api.services.release(ctx.api, obj).await;
             }
             Ok(Ok(objects::with_resource_version(
                 &deleted.prev.value,

@@ -2,6 +2,7 @@
 //! one generic implementation of every verb, driven by the resource registry and per-resource strategy
 //! hooks ([`strategy`]), never by hand-written handlers per kind.
 
+pub mod componentstatus;
 pub(crate) mod decode;
 mod delete;
 mod eviction;
@@ -10,6 +11,7 @@ mod priority;
 mod read;
 mod reviews;
 pub mod strategy;
+pub(crate) mod strict;
 mod table;
 pub mod typed;
 mod update;
@@ -91,11 +93,19 @@ impl Ctx<'_> {
 
     /// The representation and wire format the client asked for (custom resources have no protobuf).
     pub fn negotiated(&self) -> Result<response::Negotiated, ApiError> {
-        response::negotiate(
+        let n = response::negotiate(
             self.headers,
             self.query.get("includeObject"),
             !self.resource.custom,
-        )
+        )?;
+        table::check_negotiated(
+            &n,
+            &self.resource.group,
+            &self.resource.plural,
+            self.req.subresource.as_deref(),
+            self.query.get("includeObject"),
+        )?;
+        Ok(n)
     }
 
     pub fn dry_run(&self) -> bool {
@@ -245,7 +255,7 @@ impl Ctx<'_> {
                     .unwrap_or("")
                     .to_string();
                 let columns = self.custom_columns();
-                let t = table::table(
+                let mut t = table::table(
                     &self.resource,
                     columns.as_deref(),
                     &[obj],
@@ -253,14 +263,14 @@ impl Ctx<'_> {
                     &rv,
                     None,
                 );
+                table::set_meta_version(&mut t, table::meta_version(self.headers));
                 Ok(response::json_response(code, &t))
             }
             Representation::Metadata => {
                 let obj: Value = serde_json::from_slice(&json).map_err(ApiError::internal)?;
-                Ok(response::json_response(
-                    code,
-                    &table::partial_metadata(&obj),
-                ))
+                let mut partial = table::partial_metadata(&obj);
+                table::set_meta_version(&mut partial, table::meta_version(self.headers));
+                Ok(response::json_response(code, &partial))
             }
         }
     }
@@ -458,6 +468,12 @@ async fn dispatch(
         return Err(ApiError::unsupported_media_type(
             apimachinery::serializer::protobuf::MEDIA_TYPE,
         ));
+    }
+    if ctx.resource.group.is_empty() && ctx.resource.plural == "componentstatuses" {
+        return match req.verb {
+            Verb::Get => componentstatus::get(&ctx).await,
+            _ => componentstatus::list(&ctx).await,
+        };
     }
     if req.verb == Verb::Create && reviews::is_review(&ctx.resource.group, &ctx.resource.plural) {
         return reviews::create(&ctx, user, body);

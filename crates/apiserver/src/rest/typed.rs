@@ -15,6 +15,10 @@ use k8s_openapi::api::{
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiextensions;
 use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1 as apiregistration;
 use serde_json::Value;
+use std::collections::HashSet;
+
+use super::decode::{finish, Strict};
+use super::strict::{first_ordinals, under_any, Dup, MAX_ERRORS};
 
 /// What typed decoding found.
 pub struct Decoded {
@@ -41,18 +45,29 @@ fn roundtrip<T: serde::de::DeserializeOwned + serde::Serialize>(
     Ok(Decoded { value, unknown })
 }
 
-/// Fields present (and not null) in `input` but absent from `typed`.
+/// Fields present (and not null) in `input` but absent from `typed`, in document order.
 fn diff(input: &Value, typed: &Value, path: &str, out: &mut Vec<String>) {
+    diff_ordered(input, typed, path, false, out)
+}
+
+/// [`diff`]; `sorted`: keys in sorted order at every level, as Go decodes JSON re-encoded from a
+/// map (YAML bodies, patched objects).
+fn diff_ordered(input: &Value, typed: &Value, path: &str, sorted: bool, out: &mut Vec<String>) {
     match (input, typed) {
         (Value::Object(a), Value::Object(b)) => {
-            for (k, v) in a {
+            let mut keys: Vec<&String> = a.keys().collect();
+            if sorted {
+                keys.sort();
+            }
+            for k in keys {
+                let v = &a[k.as_str()];
                 let p = if path.is_empty() {
                     k.clone()
                 } else {
                     format!("{path}.{k}")
                 };
-                match b.get(k) {
-                    Some(tv) => diff(v, tv, &p, out),
+                match b.get(k.as_str()) {
+                    Some(tv) => diff_ordered(v, tv, &p, sorted, out),
                     None if !v.is_null() => out.push(p),
                     None => {}
                 }
@@ -60,11 +75,42 @@ fn diff(input: &Value, typed: &Value, path: &str, out: &mut Vec<String>) {
         }
         (Value::Array(a), Value::Array(b)) => {
             for (i, (v, tv)) in a.iter().zip(b).enumerate() {
-                diff(v, tv, &format!("{path}[{i}]"), out);
+                diff_ordered(v, tv, &format!("{path}[{i}]"), sorted, out);
             }
         }
         _ => {}
     }
+}
+
+/// The strict errors of one Go decoding pass over a typed object: unknown fields and duplicates in
+/// document order (upstream reports a key that is both unknown and repeated as unknown only, and
+/// nothing below an unknown field), at most `MAX_ERRORS`.
+fn strict_errors(unknown: Vec<String>, strict: &Strict) -> Vec<String> {
+    let unknown_set: HashSet<String> = unknown.iter().cloned().collect();
+    let dups: Vec<&Dup> = strict
+        .dups
+        .iter()
+        .filter(|d| !under_any(&d.path, &unknown_set))
+        .collect();
+    let unknown_msgs = unknown.iter().map(|p| format!("unknown field {p:?}"));
+    let dup_msgs = dups.iter().map(|d| format!("duplicate field {:?}", d.path));
+    let mut events: Vec<(usize, String)> = match &strict.json {
+        Some(body) if !unknown.is_empty() && !dups.is_empty() => {
+            let ords = first_ordinals(body, true, &unknown_set);
+            let mut events: Vec<(usize, String)> = unknown
+                .iter()
+                .zip(unknown_msgs)
+                .map(|(p, m)| (ords.get(p).copied().unwrap_or(usize::MAX), m))
+                .chain(dups.iter().map(|d| d.ordinal).zip(dup_msgs))
+                .collect();
+            // Stable: unknown fields without an ordinal keep their order, last.
+            events.sort_by_key(|(o, _)| *o);
+            events
+        }
+        _ => unknown_msgs.chain(dup_msgs).enumerate().collect(),
+    };
+    events.truncate(MAX_ERRORS);
+    events.into_iter().map(|(_, m)| m).collect()
 }
 
 macro_rules! dispatch {
@@ -152,13 +198,16 @@ pub fn decode(
 }
 
 /// Applies `fieldValidation` (Strict, Warn — the default — or Ignore) to a decoded body: the typed
-/// value replaces `obj`; returns the warnings to send.
+/// value replaces `obj`; returns the warnings to send. `strict` is what parsing the body found
+/// (repeated keys, a YAML error, a patch's own errors), reported with the unknown fields as
+/// upstream's strict decoder does: Strict is a 400 (create, update) or 422 (patch).
 pub fn check_fields(
     group: &str,
     version: &str,
     kind: &str,
     obj: &mut Value,
     field_validation: Option<&str>,
+    strict: &Strict,
 ) -> Result<Vec<String>, ApiError> {
     let mode = field_validation.unwrap_or("Warn");
     if !matches!(mode, "Strict" | "Warn" | "Ignore") {
@@ -167,22 +216,21 @@ pub fn check_fields(
         )));
     }
     let Some(decoded) = decode(group, version, kind, obj) else {
-        return Ok(Vec::new());
+        let errors = strict_errors(Vec::new(), strict);
+        return finish(errors, field_validation, strict, kind, version, obj);
     };
     let decoded = decoded?;
-    let messages: Vec<String> = decoded
-        .unknown
-        .iter()
-        .map(|p| format!("unknown field {p:?}"))
-        .collect();
-    if mode == "Strict" && !messages.is_empty() {
-        return Err(ApiError::bad_request(format!(
-            "strict decoding error: {}",
-            messages.join(", ")
-        )));
-    }
+    let unknown = if strict.sorted {
+        let mut u = Vec::new();
+        diff_ordered(obj, &decoded.value, "", true, &mut u);
+        u
+    } else {
+        decoded.unknown
+    };
+    let errors = strict_errors(unknown, strict);
+    let warnings = finish(errors, field_validation, strict, kind, version, obj)?;
     *obj = decoded.value;
-    Ok(if mode == "Warn" { messages } else { Vec::new() })
+    Ok(warnings)
 }
 
 #[cfg(test)]
@@ -193,28 +241,141 @@ mod tests {
     #[test]
     fn unknown_fields_are_found_and_dropped() {
         let mut cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "a", "bogus": 1}, "data": {"k": "v"}, "extra": true});
-        let err = check_fields("", "v1", "ConfigMap", &mut cm.clone(), Some("Strict")).unwrap_err();
+        let err = check_fields(
+            "",
+            "v1",
+            "ConfigMap",
+            &mut cm.clone(),
+            Some("Strict"),
+            &Strict::default(),
+        )
+        .unwrap_err();
         assert_eq!(err.code, 400);
         assert_eq!(
             err.message,
-            "strict decoding error: unknown field \"metadata.bogus\", unknown field \"extra\""
+            "ConfigMap in version \"v1\" cannot be handled as a ConfigMap: strict decoding error: unknown field \"metadata.bogus\", unknown field \"extra\""
         );
-        let warnings = check_fields("", "v1", "ConfigMap", &mut cm, None).unwrap();
+        let warnings =
+            check_fields("", "v1", "ConfigMap", &mut cm, None, &Strict::default()).unwrap();
         assert_eq!(warnings.len(), 2);
         assert!(cm.get("extra").is_none());
         assert_eq!(cm["data"]["k"], "v");
         let mut bad = json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"}, "spec": {"replicas": "three"}});
         assert_eq!(
-            check_fields("apps", "v1", "Deployment", &mut bad, None)
-                .unwrap_err()
-                .code,
+            check_fields(
+                "apps",
+                "v1",
+                "Deployment",
+                &mut bad,
+                None,
+                &Strict::default()
+            )
+            .unwrap_err()
+            .code,
             400
         );
         let mut custom = json!({"anything": 1});
-        assert!(
-            check_fields("example.com", "v1", "Widget", &mut custom, Some("Strict"))
-                .unwrap()
-                .is_empty()
+        assert!(check_fields(
+            "example.com",
+            "v1",
+            "Widget",
+            &mut custom,
+            Some("Strict"),
+            &Strict::default()
+        )
+        .unwrap()
+        .is_empty());
+    }
+
+    fn deployment(spec: &str) -> String {
+        format!(
+            r#"{{"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {{"name": "d", "labels": {{"app": "nginx"}}}},
+            "spec": {{{spec}, "selector": {{"matchLabels": {{"app": "nginx"}}}},
+            "template": {{"metadata": {{"labels": {{"app": "nginx"}}}}, "spec": {{"containers": [{{"name": "nginx", "image": "nginx"}}]}}}}}}}}"#
+        )
+    }
+
+    fn check(body: &str, ct: &str, mode: Option<&str>) -> (Result<Vec<String>, ApiError>, Value) {
+        let mut h = http::HeaderMap::new();
+        h.insert(http::header::CONTENT_TYPE, ct.parse().unwrap());
+        let (mut v, strict) = super::super::decode::parse_request(
+            &h,
+            &bytes::Bytes::from(body.to_string()),
+            mode,
+            true,
+        )
+        .unwrap();
+        let r = check_fields("apps", "v1", "Deployment", &mut v, mode, &strict);
+        (r, v)
+    }
+
+    #[test]
+    fn duplicate_and_unknown_fields_in_document_order() {
+        // The conformance test's body: an unknown field, then `replicas` twice.
+        let body = deployment(r#""unknownField": "foo", "replicas": 2, "replicas": 3"#);
+        let err = check(&body, "application/json", Some("Strict"))
+            .0
+            .unwrap_err();
+        assert_eq!(err.code, 400);
+        assert_eq!(
+            err.message,
+            r#"Deployment in version "v1" cannot be handled as a Deployment: strict decoding error: unknown field "spec.unknownField", duplicate field "spec.replicas""#
         );
+        let (warnings, v) = check(&body, "application/json", None);
+        assert_eq!(
+            warnings.unwrap(),
+            [
+                r#"unknown field "spec.unknownField""#,
+                r#"duplicate field "spec.replicas""#
+            ]
+        );
+        assert_eq!(v["spec"]["replicas"], 3);
+        let (warnings, v) = check(&body, "application/json", Some("Ignore"));
+        assert!(warnings.unwrap().is_empty());
+        assert_eq!(v["spec"]["replicas"], 3);
+        // A duplicate before an unknown field comes first; one both unknown and repeated is only
+        // unknown, and nothing below an unknown field is reported.
+        let body = deployment(
+            r#""paused": true, "paused": false, "unknownDupe": {"a": 1, "a": 2}, "unknownDupe": 1"#,
+        );
+        let (warnings, v) = check(&body, "application/json", Some("Warn"));
+        assert_eq!(
+            warnings.unwrap(),
+            [
+                r#"duplicate field "spec.paused""#,
+                r#"unknown field "spec.unknownDupe""#
+            ]
+        );
+        assert_eq!(v["spec"]["paused"], false);
+        // Repeated objects merge as Go decodes them into the same struct.
+        let body = r#"{"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"}, "metadata": {"labels": {"a": "b"}}}"#;
+        let (warnings, v) = check(body, "application/json", None);
+        assert_eq!(warnings.unwrap(), [r#"duplicate field "metadata""#]);
+        assert_eq!(
+            v["metadata"],
+            serde_json::json!({"name": "d", "labels": {"a": "b"}})
+        );
+    }
+
+    #[test]
+    fn yaml_duplicates_come_first_then_sorted_unknown_fields() {
+        let body = "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: d\nspec:\n  unknown1: val1\n  replicas: 2\n  replicas: 3\n  selector:\n    matchLabels: {app: nginx}\n  template:\n    metadata:\n      labels: {app: nginx}\n    spec:\n      containers:\n      - name: nginx\n        image: nginx\n        unknownNested: x\n";
+        let err = check(body, "application/yaml", Some("Strict"))
+            .0
+            .unwrap_err();
+        assert_eq!(
+            err.message,
+            "Deployment in version \"v1\" cannot be handled as a Deployment: strict decoding error: yaml: unmarshal errors:\n  line 8: key \"replicas\" already set in map, unknown field \"spec.template.spec.containers[0].unknownNested\", unknown field \"spec.unknown1\""
+        );
+        let (warnings, v) = check(body, "application/yaml", None);
+        assert_eq!(
+            warnings.unwrap(),
+            [
+                r#"line 8: key "replicas" already set in map"#,
+                r#"unknown field "spec.template.spec.containers[0].unknownNested""#,
+                r#"unknown field "spec.unknown1""#
+            ]
+        );
+        assert_eq!(v["spec"]["replicas"], 3);
     }
 }

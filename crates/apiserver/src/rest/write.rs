@@ -20,7 +20,12 @@ pub async fn create(ctx: &Ctx<'_>, body: Bytes) -> Result<Response<Body>, ApiErr
             "create with a name in the URL",
         ));
     }
-    let mut obj = decode::parse_body(ctx.headers, &body)?;
+    let (mut obj, strict) = decode::parse_request(
+        ctx.headers,
+        &body,
+        ctx.query.get("fieldValidation"),
+        ctx.crd.is_none(),
+    )?;
     decode::check_type(
         &ctx.resource,
         &ctx.resource.api_version(),
@@ -43,6 +48,7 @@ pub async fn create(ctx: &Ctx<'_>, body: Bytes) -> Result<Response<Body>, ApiErr
         &ctx.resource.version,
         &ctx.resource.kind,
         &mut obj,
+        &strict,
     )?;
     prepare_identity(ctx, &mut obj)?;
     let kv = create_object(ctx, obj).await?;
@@ -58,13 +64,14 @@ fn check_body_fields(
     version: &str,
     kind: &str,
     obj: &mut Value,
+    strict: &decode::Strict,
 ) -> Result<Vec<String>, ApiError> {
     let mode = ctx.query.get("fieldValidation");
     match &ctx.crd {
         Some(info) if kind == info.kind => {
-            crate::crd::handler::check_fields(info, version, obj, mode)
+            crate::crd::handler::check_fields(info, version, obj, mode, strict)
         }
-        _ => typed::check_fields(group, version, kind, obj, mode),
+        _ => typed::check_fields(group, version, kind, obj, mode, strict),
     }
 }
 
@@ -128,6 +135,7 @@ async fn create_tracked(ctx: &Ctx<'_>, mut obj: Value, track: bool) -> Result<By
     }
     let attrs = admission_attributes(ctx, None, admission::Operation::Create);
     admission::mutate(ctx.api, &attrs, &mut obj, None)?;
+    admission::runtimeclass::admit(ctx.api, &attrs, &mut obj).await?;
     let manager = field_manager(ctx)?;
     if track && !manager.is_empty() {
         // As upstream, a create owns what it set, defaulted fields included.
@@ -163,7 +171,10 @@ async fn create_tracked(ctx: &Ctx<'_>, mut obj: Value, track: bool) -> Result<By
     }
     admission::validate(ctx.api, &attrs, &obj, None).await?;
     if (group.as_str(), kind.as_str()) == ("", "Service") {
-        ctx.api.services.allocate(&ctx.api.caches, &mut obj)?;
+        ctx.api
+            .services
+            .allocate(ctx.api, &mut obj, ctx.dry_run())
+            .await?;
     }
     ctx.to_stored(&mut obj);
     if ctx.dry_run() {
@@ -179,13 +190,17 @@ async fn create_tracked(ctx: &Ctx<'_>, mut obj: Value, track: bool) -> Result<By
         .await
     {
         Ok(kv) => Ok(objects::with_resource_version(&kv.value, kv.mod_revision)),
-        Err(storage::Error::AlreadyExists { .. }) => {
+        Err(e) => {
             if (group.as_str(), kind.as_str()) == ("", "Service") {
-                ctx.api.services.release(&obj);
+                ctx.api.services.release(ctx.api, &obj).await;
             }
-            Err(ApiError::already_exists(&ctx.qualified(), &name))
+            match e {
+                storage::Error::AlreadyExists { .. } => {
+                    Err(ApiError::already_exists(&ctx.qualified(), &name))
+                }
+                e => Err(storage_error(e)),
+            }
         }
-        Err(e) => Err(storage_error(e)),
     }
 }
 
@@ -298,7 +313,12 @@ pub async fn update(
     sub: Option<&str>,
     body: Bytes,
 ) -> Result<Response<Body>, ApiError> {
-    let mut obj = decode::parse_body(ctx.headers, &body)?;
+    let (mut obj, strict) = decode::parse_request(
+        ctx.headers,
+        &body,
+        ctx.query.get("fieldValidation"),
+        ctx.crd.is_none() || sub == Some("scale"),
+    )?;
     let (expected_version, expected_kind) = match sub {
         Some("scale") => ("autoscaling/v1".to_string(), "Scale".to_string()),
         _ => (ctx.resource.api_version(), ctx.resource.kind.clone()),
@@ -307,7 +327,7 @@ pub async fn update(
     let (g, v) = expected_version
         .split_once('/')
         .unwrap_or(("", expected_version.as_str()));
-    let warnings = check_body_fields(ctx, g, v, &expected_kind, &mut obj)?;
+    let warnings = check_body_fields(ctx, g, v, &expected_kind, &mut obj, &strict)?;
     let body_name = objects::name(&obj);
     if !body_name.is_empty() && body_name != ctx.name() {
         return Err(ApiError::bad_request(format!(
@@ -358,6 +378,9 @@ pub async fn patch(
         ctx.resource.kind.clone(),
     );
     let field_validation = ctx.query.get("fieldValidation").map(str::to_string);
+    let strict = decode::patch_strict(&patch_type, &body, field_validation.as_deref());
+    let warnings = std::sync::Mutex::new(Vec::new());
+    let found_warnings = &warnings;
     let scale = sub == Some("scale");
     let crd = ctx.crd.clone();
     let apply = move |old: &Value| -> Result<Value, ApiError> {
@@ -394,18 +417,27 @@ pub async fn patch(
         } else {
             (group.as_str(), version.as_str(), kind.as_str())
         };
-        match crd.as_deref().filter(|_| !scale) {
+        let found = match crd.as_deref().filter(|_| !scale) {
             Some(info) => crate::crd::handler::check_fields(
                 info,
                 v,
                 &mut patched,
                 field_validation.as_deref(),
+                &strict,
             )?,
-            None => typed::check_fields(g, v, k, &mut patched, field_validation.as_deref())?,
+            None => {
+                typed::check_fields(g, v, k, &mut patched, field_validation.as_deref(), &strict)?
+            }
         };
+        *found_warnings.lock().unwrap_or_else(|e| e.into_inner()) = found;
         Ok(patched)
     };
-    super::update::guaranteed_update(ctx, sub, None, true, apply).await
+    let mut resp = super::update::guaranteed_update(ctx, sub, None, true, apply).await?;
+    add_warnings(
+        &mut resp,
+        &warnings.lock().unwrap_or_else(|e| e.into_inner()),
+    );
+    Ok(resp)
 }
 
 /// `PatchOptions` validation errors (422), as upstream words them.
@@ -472,12 +504,23 @@ async fn server_side_apply(
             ctx.name()
         )));
     }
+    if let Some(info) = ctx.crd.as_deref().filter(|_| sub.is_none()) {
+        crate::crd::handler::check_apply(
+            info,
+            &ctx.resource.version,
+            &config,
+            objects::namespace(&config),
+            ctx.name(),
+        )?;
+    }
+    let warnings = decode::apply_duplicates(body, ctx.query.get("fieldValidation"))?;
     check_body_fields(
         ctx,
         &ctx.resource.group,
         &ctx.resource.version,
         &ctx.resource.kind,
         &mut config,
+        &decode::Strict::default(),
     )?;
     let apply = |old: Option<&Value>| -> Result<Value, ApiError> {
         let now = objects::now_rfc3339();
@@ -489,7 +532,13 @@ async fn server_side_apply(
             objects::set_meta(&mut obj, "name", ctx.name());
             prepare_identity(ctx, &mut obj)?;
             let kv = create_tracked(ctx, obj, false).await?;
-            ctx.object_response(StatusCode::CREATED, kv)
+            let mut resp = ctx.object_response(StatusCode::CREATED, kv)?;
+            add_warnings(&mut resp, &warnings);
+            Ok(resp)
+        }
+        Ok(mut resp) => {
+            add_warnings(&mut resp, &warnings);
+            Ok(resp)
         }
         other => other,
     }

@@ -124,8 +124,32 @@ pub fn list(conn: &mut Connection, opts: &ListOptions<'_>) -> Result<ListResult>
         };
         items.extend(rows);
     }
-    tx.commit()?;
     let more = matches!(limit, Some(l) if items.len() > l);
+    // The range's size whatever the limit (etcd's `count`), counted only when the page did not hold it all.
+    let count = if more {
+        let sql = if at == current {
+            format!(
+                "SELECT count(*) FROM current WHERE {}",
+                range.condition("key")
+            )
+        } else {
+            format!(
+                "SELECT count(*)
+                 FROM (SELECT max(revision) AS rev FROM log WHERE {} AND revision <= ?3 GROUP BY key) m
+                 JOIN log l ON l.revision = m.rev WHERE l.deleted = 0",
+                range.condition("key")
+            )
+        };
+        let mut stmt = tx.prepare_cached(&sql)?;
+        if at == current {
+            stmt.query_row(params![range.lower, range.upper], |r| r.get(0))?
+        } else {
+            stmt.query_row(params![range.lower, range.upper, at], |r| r.get(0))?
+        }
+    } else {
+        items.len() as i64
+    };
+    tx.commit()?;
     if let Some(l) = limit {
         items.truncate(l);
     }
@@ -133,6 +157,7 @@ pub fn list(conn: &mut Connection, opts: &ListOptions<'_>) -> Result<ListResult>
         items,
         revision: at,
         more,
+        count,
     })
 }
 

@@ -255,6 +255,8 @@ pub async fn pagination_returns_every_key_once(b: &mut impl Backend) {
             .await
             .unwrap();
         assert!(page.items.len() <= 7);
+        // `count`: the keys from this page's start to the end of the range, at the page's revision.
+        assert_eq!(page.count as usize, KEYS - seen.len());
         pages += 1;
         if pages == 3 {
             s.delete(&expected[KEYS - 1], None).await.unwrap();
@@ -295,6 +297,19 @@ pub async fn pagination_returns_every_key_once(b: &mut impl Backend) {
         .unwrap();
     assert_eq!(exact.items.len(), KEYS);
     assert!(!exact.more);
+    assert_eq!(exact.count, KEYS as i64);
+    // At the current revision: one key deleted, one added.
+    let current = s
+        .list(ListOptions {
+            prefix: "/page/",
+            start_after: Some(&expected[9]),
+            limit: Some(5),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    assert!(current.more);
+    assert_eq!(current.count as usize, KEYS - 10);
     assert_eq!(s.count("/page/").await.unwrap(), KEYS as i64);
 }
 

@@ -284,3 +284,34 @@ fn kubelet_restart_restarts_nothing() {
     );
     node.cleanup();
 }
+
+/// The Python client's e2e pod: `python -u /opt/port-server.py 1234 1235` from a configMap volume
+/// mounted read-only at `/opt`, a tcpSocket startup probe on 1235, restartPolicy Never. It went
+/// `Failed` with empty logs when the python image had no `python` (only `python3`).
+#[test]
+fn python_port_server_from_a_read_only_config_map_runs() {
+    let node = RealNode::start(&["python"]);
+    let script = "import socket, sys, threading\n\
+        lock = threading.Lock()\n\
+        def serve(port):\n    s = socket.socket()\n    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n    s.bind(('0.0.0.0', port))\n    s.listen(5)\n    with lock:\n        print('listening on', port)\n    while True:\n        c, _ = s.accept()\n        c.sendall(b'hello')\n        c.close()\n\
+        threads = [threading.Thread(target=serve, args=(int(p),)) for p in sys.argv[1:]]\n\
+        [t.start() for t in threads]\n[t.join() for t in threads]\n";
+    let indented: String = script.lines().map(|l| format!("    {l}\n")).collect();
+    node.apply(&format!(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: port-server\ndata:\n  port-server.py: |\n{indented}"
+    ));
+    node.apply(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: port-server\nspec:\n  restartPolicy: Never\n  containers:\n  - name: c\n    image: python\n    command: [python, -u, /opt/port-server.py, \"1234\", \"1235\"]\n    volumeMounts:\n    - {name: code, mountPath: /opt, readOnly: true}\n    startupProbe:\n      tcpSocket: {port: 1235}\n      periodSeconds: 1\n      failureThreshold: 30\n  volumes:\n  - name: code\n    configMap: {name: port-server}\n",
+    );
+    let pod = node.wait_pod("port-server", "Ready", Duration::from_secs(120), |p| {
+        p["status"]["phase"] != "Pending"
+            && (condition(p, "Ready") == "True" || p["status"]["phase"] == "Failed")
+    });
+    assert_eq!(pod["status"]["phase"], "Running", "{pod}");
+    assert_eq!(container_status(&pod, "c")["started"], true, "{pod}");
+    let log = wait_for("the server's output", Duration::from_secs(30), || {
+        let log = node.log(&pod, "c", 0);
+        log.contains("listening on 1235").then_some(log)
+    });
+    assert!(log.contains("listening on 1234"), "{log}");
+}

@@ -87,6 +87,17 @@ impl FieldSelector {
             .all(|r| r.matches(get(&r.field).as_deref().unwrap_or("")))
     }
 
+    /// The selector with its field names rewritten by `rename` (upstream's field label conversion
+    /// functions, from a served version's names to those of the stored object).
+    pub fn map_fields(mut self, rename: impl Fn(&str) -> Option<&'static str>) -> FieldSelector {
+        for r in &mut self.requirements {
+            if let Some(to) = rename(&r.field) {
+                r.field = to.to_string();
+            }
+        }
+        self
+    }
+
     /// Upstream `RequiresExactMatch`: the value an `=` term on `field` demands, if there is one.
     pub fn requires_exact_match(&self, field: &str) -> Option<&str> {
         self.requirements

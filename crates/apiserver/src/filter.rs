@@ -19,7 +19,9 @@ pub struct Attrs {
 }
 
 impl Attrs {
+    /// The attributes of a stored object of `group`/`resource`.
     pub fn of(group: &str, resource: &str, obj: &Value) -> Attrs {
+        let (group, resource) = stored_resource(group, resource);
         let namespace = crate::objects::namespace(obj).to_string();
         let name = crate::objects::name(obj).to_string();
         let labels = crate::objects::labels(obj).cloned().unwrap_or_default();
@@ -75,13 +77,18 @@ pub fn selectable_fields(group: &str, resource: &str) -> &'static [&'static str]
             "source",
             "type",
         ],
+        // Stored as core Events: selected through `stored_field`'s names.
         ("events.k8s.io", "events") => &[
             "regarding.kind",
             "regarding.namespace",
             "regarding.name",
             "regarding.uid",
+            "regarding.apiVersion",
+            "regarding.resourceVersion",
+            "regarding.fieldPath",
             "reason",
             "reportingController",
+            "source",
             "type",
         ],
         ("", "nodes") => &["spec.unschedulable"],
@@ -96,9 +103,45 @@ pub fn selectable_fields(group: &str, resource: &str) -> &'static [&'static str]
     }
 }
 
+/// The resource whose stored form objects of `group`/`resource` have (events.k8s.io Events are
+/// stored as core Events, as upstream), whose selectable fields the watch cache extracts.
+pub fn stored_resource<'a>(group: &'a str, resource: &'a str) -> (&'a str, &'a str) {
+    match (group, resource) {
+        ("events.k8s.io", "events") => ("", "events"),
+        _ => (group, resource),
+    }
+}
+
+/// Upstream's field label conversion of a served resource stored in another form: the stored
+/// object's field a selector field names (events.k8s.io/v1 `AddFieldLabelConversionsForEvent`).
+fn stored_field(group: &str, resource: &str, field: &str) -> Option<&'static str> {
+    if (group, resource) != ("events.k8s.io", "events") {
+        return None;
+    }
+    Some(match field {
+        "regarding.kind" => "involvedObject.kind",
+        "regarding.namespace" => "involvedObject.namespace",
+        "regarding.name" => "involvedObject.name",
+        "regarding.uid" => "involvedObject.uid",
+        "regarding.apiVersion" => "involvedObject.apiVersion",
+        "regarding.resourceVersion" => "involvedObject.resourceVersion",
+        "regarding.fieldPath" => "involvedObject.fieldPath",
+        "reportingController" => "reportingComponent",
+        _ => return None,
+    })
+}
+
 /// A field's value as a string; missing fields read as "" and booleans/numbers as their text, so
 /// `spec.unschedulable=false` selects nodes without the field, as upstream.
 fn field_value(obj: &Value, path: &str) -> String {
+    if path == "source" {
+        // Core Events (upstream `ToSelectableFields`): the source component, else the reporting
+        // controller (events written through events.k8s.io have no source).
+        return match obj.pointer("/source/component").and_then(Value::as_str) {
+            Some(c) if !c.is_empty() => c.to_string(),
+            _ => field_value(obj, "reportingComponent"),
+        };
+    }
     let mut cur = obj;
     for part in path.split('.') {
         match cur.get(part) {
@@ -151,7 +194,7 @@ impl Filter {
                         return Err(format!("field label not supported: {f}"));
                     }
                 }
-                Some(sel)
+                Some(sel.map_fields(|f| stored_field(group, resource, f)))
             }
             _ => None,
         };
@@ -183,5 +226,53 @@ impl Filter {
             }
         }
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// events.k8s.io Events are core Events in storage: their field selectors use upstream's field
+    /// label conversion, and core's `source` falls back to the reporting controller.
+    #[test]
+    fn event_field_selectors_follow_upstream() {
+        let stored = json!({"apiVersion": "v1", "kind": "Event",
+            "metadata": {"name": "e", "namespace": "ns"}, "involvedObject": {"namespace": "ns", "kind": "Pod"},
+            "reportingComponent": "test-controller", "reason": "Test", "type": "Normal"});
+        let attrs = Attrs::of("events.k8s.io", "events", &stored);
+        let select = |group: &str, sel: &str| {
+            Filter::new(group, "events", None, None, Some(sel))
+                .unwrap()
+                .matches(&attrs)
+        };
+        assert!(select(
+            "events.k8s.io",
+            "reportingController=test-controller"
+        ));
+        assert!(select("events.k8s.io", "regarding.kind=Pod"));
+        assert!(!select("events.k8s.io", "regarding.kind=Node"));
+        assert!(
+            select("", "source=test-controller"),
+            "core source falls back to reportingComponent"
+        );
+        assert!(select("", "reportingComponent=test-controller"));
+        let with_source = json!({"metadata": {"name": "e"}, "source": {"component": "kubelet"},
+            "reportingComponent": "other"});
+        let attrs = Attrs::of("", "events", &with_source);
+        assert!(
+            Filter::new("", "events", None, None, Some("source=kubelet"))
+                .unwrap()
+                .matches(&attrs)
+        );
+        assert!(Filter::new(
+            "events.k8s.io",
+            "events",
+            None,
+            None,
+            Some("involvedObject.kind=Pod")
+        )
+        .is_err());
     }
 }

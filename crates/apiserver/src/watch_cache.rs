@@ -200,6 +200,8 @@ pub enum SubscribeError {
 
 impl WatchCache {
     fn new(storage: &str, group: &str, resource: &str) -> WatchCache {
+        // Objects are kept in their stored form, whichever served resource asked first.
+        let (group, resource) = crate::filter::stored_resource(group, resource);
         WatchCache {
             storage: storage.to_string(),
             group: group.to_string(),

@@ -363,7 +363,8 @@ pub async fn delete_collection(ctx: &Ctx<'_>, body: Bytes) -> Result<Response<Bo
     for obj in targets {
         let (ns, name) = (obj.attrs.namespace.clone(), obj.attrs.name.clone());
         match delete_one(ctx, &ns, &name, &options).await {
-            Ok((_, Some(json))) => items.push(json),
+            // In the served version (events.k8s.io Events, custom resources' versions).
+            Ok((_, Some(json))) => items.push(ctx.served(json)),
             Ok((_, None)) => {}
             Err(e) if e.code == 404 => {}
             Err(e) => return Err(e),

@@ -151,15 +151,127 @@ fn keep_service_allocations(new: &mut Value, old: &Value) {
     }
 }
 
-/// A `status` update: everything but the status comes from the stored object.
-pub fn prepare_for_status_update(new: &mut Value, old: &Value) {
+/// A `status` update (upstream's `*StatusStrategy.PrepareForUpdate`). Built-in kinds take the
+/// status and the metadata from the request (server-owned metadata excepted, as every update) and
+/// everything else (the spec) from the stored object; some reset more (below). Custom resources
+/// take only the status (the CR status strategy copies the old object, metadata included).
+pub fn prepare_for_status_update(resource: &Resource, custom: bool, new: &mut Value, old: &Value) {
     let status = new.get("status").cloned();
     let mut merged = old.clone();
     set_top(&mut merged, "status", status);
-    if let Some(rv) = objects::meta_str(new, "resourceVersion").map(str::to_string) {
-        objects::set_meta(&mut merged, "resourceVersion", rv);
+    if custom {
+        if let Some(rv) = objects::meta_str(new, "resourceVersion").map(str::to_string) {
+            objects::set_meta(&mut merged, "resourceVersion", rv);
+        }
+        *new = merged;
+        return;
+    }
+    copy_server_meta(new, old);
+    set_top(&mut merged, "metadata", new.get("metadata").cloned());
+    *new = merged;
+    let old_meta = |field: &str| objects::meta(old).and_then(|m| m.get(field)).cloned();
+    match (resource.group.as_str(), resource.plural.as_str()) {
+        // "status must not modify labels" (deployment, replicaset, statefulset, daemonset).
+        ("apps", "deployments" | "replicasets" | "statefulsets" | "daemonsets") => {
+            set_meta_field(new, "labels", old_meta("labels"));
+        }
+        // Old kubelets corrupted owner references; pods/status may not touch them.
+        ("", "pods") => set_meta_field(new, "ownerReferences", old_meta("ownerReferences")),
+        ("certificates.k8s.io", "certificatesigningrequests") => {
+            // Approval is the approval subresource's: Approved/Denied conditions stay as stored.
+            for kind in ["Approved", "Denied"] {
+                preserve_condition_instances(new, old, kind);
+            }
+            populate_condition_timestamps(new, old);
+        }
+        _ => {}
+    }
+}
+
+/// The CSR `approval` subresource (upstream `csrApprovalStrategy`): only the status conditions
+/// (and metadata) change; the spec and the rest of the status stay as stored.
+pub fn prepare_for_approval_update(new: &mut Value, old: &Value) {
+    let conditions = new.pointer("/status/conditions").cloned();
+    copy_server_meta(new, old);
+    let mut merged = old.clone();
+    set_top(&mut merged, "metadata", new.get("metadata").cloned());
+    if !merged["status"].is_object() {
+        merged["status"] = json!({});
+    }
+    match conditions {
+        Some(c) => merged["status"]["conditions"] = c,
+        None => {
+            if let Some(s) = merged["status"].as_object_mut() {
+                s.remove("conditions");
+            }
+        }
     }
     *new = merged;
+    populate_condition_timestamps(new, old);
+}
+
+fn set_meta_field(obj: &mut Value, field: &str, value: Option<Value>) {
+    let meta = objects::meta_mut(obj);
+    match value {
+        Some(v) => meta.insert(field.to_string(), v),
+        None => meta.remove(field),
+    };
+}
+
+fn conditions(obj: &Value) -> &[Value] {
+    obj.pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .map_or(&[], Vec::as_slice)
+}
+
+/// Upstream `preserveConditionInstances`: the stored instances of a condition type replace the
+/// request's, when the request has as many (else validation reports the change).
+fn preserve_condition_instances(new: &mut Value, old: &Value, kind: &str) {
+    let of_kind =
+        |c: &[Value]| -> Vec<usize> { (0..c.len()).filter(|i| c[*i]["type"] == kind).collect() };
+    let old_conditions = conditions(old).to_vec();
+    let old_at = of_kind(&old_conditions);
+    let new_at = of_kind(conditions(new));
+    if old_at.len() != new_at.len() {
+        return;
+    }
+    if let Some(list) = new
+        .pointer_mut("/status/conditions")
+        .and_then(Value::as_array_mut)
+    {
+        for (o, n) in old_at.iter().zip(new_at) {
+            list[n] = old_conditions[*o].clone();
+        }
+    }
+}
+
+/// Upstream `populateConditionTimestamps`: a condition without `lastUpdateTime` gets now; one
+/// without `lastTransitionTime` keeps that of a stored condition of the same type and status, or
+/// gets now.
+fn populate_condition_timestamps(new: &mut Value, old: &Value) {
+    let now = objects::now_rfc3339();
+    let old_conditions = conditions(old).to_vec();
+    let Some(list) = new
+        .pointer_mut("/status/conditions")
+        .and_then(Value::as_array_mut)
+    else {
+        return;
+    };
+    let unset = |v: Option<&Value>| v.is_none_or(|v| v.is_null() || v == "");
+    for c in list.iter_mut().filter(|c| c.is_object()) {
+        if unset(c.get("lastUpdateTime")) {
+            c["lastUpdateTime"] = now.clone().into();
+        }
+        if unset(c.get("lastTransitionTime")) {
+            let kept = old_conditions.iter().find(|o| {
+                o["type"] == c["type"]
+                    && o["status"] == c["status"]
+                    && !unset(o.get("lastTransitionTime"))
+            });
+            c["lastTransitionTime"] =
+                kept.map_or_else(|| now.clone().into(), |o| o["lastTransitionTime"].clone());
+        }
+    }
 }
 
 fn copy_server_meta(new: &mut Value, old: &Value) {
@@ -305,9 +417,85 @@ mod tests {
         prepare_for_update(&deploy, &mut scaled, &old);
         assert_eq!(scaled["metadata"]["generation"], 2);
         let mut status = json!({"metadata": {"name": "web", "resourceVersion": "5"}, "spec": {"replicas": 100}, "status": {"replicas": 2}});
-        prepare_for_status_update(&mut status, &old);
+        prepare_for_status_update(&deploy, false, &mut status, &old);
         assert_eq!(status["spec"]["replicas"], 1, "spec ignored on /status");
         assert_eq!(status["status"]["replicas"], 2);
+    }
+
+    /// Upstream's built-in status strategies reset the spec only: metadata (annotations, labels)
+    /// sent to /status is kept ("should support CronJob/Ingress/CSR API operations" patch
+    /// `metadata.annotations` through /status and expect it); workloads keep their stored labels,
+    /// pods their owner references, custom resources all their stored metadata.
+    #[test]
+    fn status_updates_keep_the_requests_metadata_as_upstream() {
+        let reg = Registry::with_builtin();
+        let cronjobs = reg.get("batch", "v1", "cronjobs").unwrap();
+        let old = json!({"metadata": {"name": "c", "uid": "u1", "labels": {"a": "1"}}, "spec": {"schedule": "* * * * *"}});
+        let mut new = json!({"metadata": {"name": "c", "uid": "forged", "labels": {"a": "1"}, "annotations": {"patchedstatus": "true"}},
+            "spec": {"schedule": "0 0 * * *"}, "status": {"lastScheduleTime": "2026-01-01T00:00:00Z"}});
+        prepare_for_status_update(&cronjobs, false, &mut new, &old);
+        assert_eq!(new["metadata"]["annotations"]["patchedstatus"], "true");
+        assert_eq!(new["metadata"]["uid"], "u1");
+        assert_eq!(new["spec"]["schedule"], "* * * * *");
+        assert_eq!(new["status"]["lastScheduleTime"], "2026-01-01T00:00:00Z");
+
+        let deploy = reg.get("apps", "v1", "deployments").unwrap();
+        let mut new = json!({"metadata": {"name": "c", "labels": {"b": "2"}, "annotations": {"x": "y"}}, "status": {}});
+        prepare_for_status_update(&deploy, false, &mut new, &old);
+        assert_eq!(new["metadata"]["labels"], json!({"a": "1"}));
+        assert_eq!(new["metadata"]["annotations"], json!({"x": "y"}));
+
+        let mut new =
+            json!({"metadata": {"name": "c", "annotations": {"x": "y"}}, "status": {"s": 1}});
+        prepare_for_status_update(&cronjobs, true, &mut new, &old);
+        assert_eq!(
+            new["metadata"], old["metadata"],
+            "custom resources: only the status"
+        );
+        assert_eq!(new["status"]["s"], 1);
+    }
+
+    /// Upstream's CSR status strategy keeps stored Approved/Denied conditions and fills condition
+    /// timestamps; the approval strategy changes only the conditions.
+    #[test]
+    fn csr_status_and_approval_follow_upstream() {
+        let reg = Registry::with_builtin();
+        let csrs = reg
+            .get("certificates.k8s.io", "v1", "certificatesigningrequests")
+            .unwrap();
+        let old = json!({"metadata": {"name": "c"}, "spec": {"signerName": "example.com/s"},
+            "status": {"conditions": [{"type": "Approved", "status": "True", "reason": "A",
+                "lastUpdateTime": "2020-01-01T00:00:00Z", "lastTransitionTime": "2020-01-01T00:00:00Z"}]}});
+        let mut new = json!({"metadata": {"name": "c", "annotations": {"a": "b"}}, "spec": {"signerName": "x/y"},
+            "status": {"certificate": "Y2VydA==", "conditions": [
+                {"type": "Approved", "status": "True", "reason": "changed"},
+                {"type": "StatusUpdate", "status": "True", "reason": "E2E"}]}});
+        prepare_for_status_update(&csrs, false, &mut new, &old);
+        assert_eq!(new["spec"]["signerName"], "example.com/s");
+        assert_eq!(new["metadata"]["annotations"]["a"], "b");
+        assert_eq!(new["status"]["certificate"], "Y2VydA==");
+        assert_eq!(
+            new["status"]["conditions"][0],
+            old["status"]["conditions"][0]
+        );
+        assert_eq!(new["status"]["conditions"][1]["type"], "StatusUpdate");
+        assert!(new["status"]["conditions"][1]["lastUpdateTime"].is_string());
+        assert!(new["status"]["conditions"][1]["lastTransitionTime"].is_string());
+
+        let stored = json!({"metadata": {"name": "c"}, "spec": {"signerName": "example.com/s"},
+            "status": {"certificate": "Y2VydA=="}});
+        let mut approval = json!({"metadata": {"name": "c", "annotations": {"patchedapproval": "true"}},
+            "spec": {"signerName": "x/y"},
+            "status": {"certificate": "b3RoZXI=", "conditions": [{"type": "ApprovalPatch", "status": "True", "reason": "e2e"}]}});
+        prepare_for_approval_update(&mut approval, &stored);
+        assert_eq!(
+            approval["metadata"]["annotations"]["patchedapproval"],
+            "true"
+        );
+        assert_eq!(approval["spec"]["signerName"], "example.com/s");
+        assert_eq!(approval["status"]["certificate"], "Y2VydA==");
+        assert_eq!(approval["status"]["conditions"][0]["type"], "ApprovalPatch");
+        assert!(approval["status"]["conditions"][0]["lastTransitionTime"].is_string());
     }
 
     #[test]

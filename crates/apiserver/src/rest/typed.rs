@@ -16,6 +16,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1 as apiext
 use k8s_openapi::kube_aggregator::pkg::apis::apiregistration::v1 as apiregistration;
 use serde_json::Value;
 use std::collections::HashSet;
+use std::str::FromStr;
 
 use super::decode::{finish, Strict};
 use super::strict::{first_ordinals, under_any, Dup, MAX_ERRORS};
@@ -34,15 +35,77 @@ fn roundtrip<T: serde::de::DeserializeOwned + serde::Serialize>(
     version: &str,
 ) -> Result<Decoded, ApiError> {
     // Deserializing from `&Value` avoids copying the whole object first.
-    let typed: T = T::deserialize(obj).map_err(|e| {
-        ApiError::bad_request(format!(
-            "{kind} in version {version:?} cannot be handled as a {kind}: {e}"
-        ))
-    })?;
-    let value = serde_json::to_value(&typed).map_err(ApiError::internal)?;
+    let (typed, zero_times): (T, Vec<String>) = match T::deserialize(obj) {
+        Ok(typed) => (typed, Vec::new()),
+        Err(e) => {
+            // Go decodes `null` into a required time field as the zero time (and encodes that as
+            // `null` again, e.g. a metav1.Condition sent without lastTransitionTime); k8s-openapi's
+            // required `Time` cannot hold it. Decode with a stand-in, and put the nulls back.
+            let mut paths = Vec::new();
+            null_times(obj, String::new(), &mut paths);
+            let retried = (!paths.is_empty())
+                .then(|| {
+                    let mut filled = obj.clone();
+                    for p in &paths {
+                        if let Some(v) = filled.pointer_mut(p) {
+                            *v = Value::String(ZERO_TIME_STAND_IN.into());
+                        }
+                    }
+                    T::deserialize(&filled).ok()
+                })
+                .flatten();
+            match retried {
+                Some(typed) => (typed, paths),
+                None => {
+                    return Err(ApiError::bad_request(format!(
+                        "{kind} in version {version:?} cannot be handled as a {kind}: {e}"
+                    )))
+                }
+            }
+        }
+    };
+    let mut value = serde_json::to_value(&typed).map_err(ApiError::internal)?;
+    for p in &zero_times {
+        if let Some(v) = value.pointer_mut(p) {
+            if v.as_str().is_some_and(is_stand_in) {
+                *v = Value::Null;
+            }
+        }
+    }
     let mut unknown = Vec::new();
     diff(obj, &value, "", &mut unknown);
     Ok(Decoded { value, unknown })
+}
+
+/// What a `null` time is decoded as before it becomes `null` again (the Unix epoch, which is how
+/// the typed form writes it back).
+const ZERO_TIME_STAND_IN: &str = "1970-01-01T00:00:00Z";
+
+fn is_stand_in(s: &str) -> bool {
+    k8s_openapi::jiff::Timestamp::from_str(s)
+        .is_ok_and(|t| t.as_second() == 0 && t.subsec_nanosecond() == 0)
+}
+
+/// JSON pointers of the `null` members named like Go's time fields (`*Time`, `*Timestamp`).
+fn null_times(v: &Value, at: String, out: &mut Vec<String>) {
+    match v {
+        Value::Object(m) => {
+            for (k, child) in m {
+                let p = format!("{at}/{}", k.replace('~', "~0").replace('/', "~1"));
+                if child.is_null() && (k.ends_with("Time") || k.ends_with("Timestamp")) {
+                    out.push(p);
+                } else {
+                    null_times(child, p, out);
+                }
+            }
+        }
+        Value::Array(items) => {
+            for (i, child) in items.iter().enumerate() {
+                null_times(child, format!("{at}/{i}"), out);
+            }
+        }
+        _ => {}
+    }
 }
 
 /// Fields present (and not null) in `input` but absent from `typed`, in document order.
@@ -377,5 +440,36 @@ mod tests {
             ]
         );
         assert_eq!(v["spec"]["replicas"], 3);
+    }
+}
+
+#[cfg(test)]
+mod zero_time_tests {
+    use super::*;
+    use serde_json::json;
+
+    /// client-go sends a metav1.Condition without lastTransitionTime as `null` (Go's zero time),
+    /// which upstream decodes and stores as such ("should complete a service status lifecycle").
+    #[test]
+    fn null_required_times_decode_as_go_zero_times() {
+        let svc = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"},
+            "status": {"conditions": [{"type": "StatusUpdate", "status": "True", "reason": "E2E",
+                "message": "m", "lastTransitionTime": null}]}});
+        let decoded = decode("", "v1", "Service", &svc).unwrap().unwrap();
+        let c = &decoded.value["status"]["conditions"][0];
+        assert!(c["lastTransitionTime"].is_null(), "{c}");
+        assert_eq!(c["reason"], "E2E");
+        assert!(decoded.unknown.is_empty());
+        // Anything else that does not fit its type is still a 400.
+        let bad = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"},
+            "status": {"conditions": [{"type": 1, "lastTransitionTime": null}]}});
+        assert_eq!(
+            decode("", "v1", "Service", &bad)
+                .unwrap()
+                .err()
+                .unwrap()
+                .code,
+            400
+        );
     }
 }

@@ -119,7 +119,7 @@ async fn attempt(
             new
         }
         Some("status") => {
-            strategy::prepare_for_status_update(&mut new, &old);
+            strategy::prepare_for_status_update(&ctx.resource, ctx.crd.is_some(), &mut new, &old);
             new
         }
         Some("scale") => {
@@ -148,14 +148,13 @@ async fn attempt(
                 .unwrap_or(Value::Array(vec![]));
             finalized
         }
-        Some("approval") | Some("ephemeralcontainers") | Some("resize") => {
-            let field = if sub == Some("approval") {
-                "status"
-            } else {
-                "spec"
-            };
+        Some("approval") => {
+            strategy::prepare_for_approval_update(&mut new, &old);
+            new
+        }
+        Some("ephemeralcontainers") | Some("resize") => {
             let mut merged = old.clone();
-            merged[field] = new.get(field).cloned().unwrap_or(Value::Null);
+            merged["spec"] = new.get("spec").cloned().unwrap_or(Value::Null);
             merged
         }
         Some(other) => {

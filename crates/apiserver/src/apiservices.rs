@@ -84,16 +84,7 @@ pub fn local_apiservices(snapshot: &Snapshot) -> BTreeMap<String, Value> {
 /// versions no longer served (a CRD group gone; not at start, when CRDs are still being loaded).
 pub async fn sync(api: &Arc<ApiServer>, prune: bool) {
     let wanted = local_apiservices(&api.registry.snapshot());
-    let existing: Vec<Value> = api
-        .caches
-        .get(STORAGE)
-        .map(|c| {
-            c.list(&format!("/{STORAGE}/"), &Default::default())
-                .iter()
-                .filter_map(|o| serde_json::from_slice(&o.json).ok())
-                .collect()
-        })
-        .unwrap_or_default();
+    let existing = crate::internal::cached_objects(api, STORAGE);
     for obj in &existing {
         let name = objects::name(obj);
         let managed = obj
@@ -189,22 +180,8 @@ async fn mark_available(api: &Arc<ApiServer>, json: &[u8], kind: EventType) {
     }
     let mut updated = obj.clone();
     updated["status"] = status;
-    let name = objects::name(&obj).to_string();
-    let rv = objects::meta_str(&obj, "resourceVersion").and_then(|r| r.parse().ok());
-    // A conflict means a newer version is on its way here; it is handled then.
-    if let Err(e) = api
-        .store
-        .update(
-            &format!("/{STORAGE}/{name}"),
-            objects::encode_for_storage(&updated),
-            rv,
-        )
-        .await
-    {
-        if !e.is_conflict() && !e.is_not_found() {
-            tracing::warn!(apiservice = %name, error = %e, "cannot update APIService status");
-        }
-    }
+    let key = format!("/{STORAGE}/{}", objects::name(&obj));
+    crate::internal::replace_if_unchanged(api, &key, &updated).await;
 }
 
 #[cfg(test)]

@@ -70,44 +70,18 @@ fn with_condition(flow_schema: &Value, levels: &HashSet<String>) -> Option<Value
     Some(updated)
 }
 
-fn list(api: &ApiServer, storage: &str) -> Vec<Value> {
-    api.caches
-        .get(storage)
-        .map(|c| {
-            c.list(&format!("/{storage}/"), &Default::default())
-                .iter()
-                .filter_map(|o| serde_json::from_slice(&o.json).ok())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 async fn reconcile(api: &ApiServer) {
-    let levels: HashSet<String> = list(api, PRIORITY_LEVELS)
+    let levels: HashSet<String> = crate::internal::cached_objects(api, PRIORITY_LEVELS)
         .iter()
         .filter(|l| objects::meta_str(l, "deletionTimestamp").is_none())
         .map(|l| objects::name(l).to_string())
         .collect();
-    for fs in list(api, FLOW_SCHEMAS) {
+    for fs in crate::internal::cached_objects(api, FLOW_SCHEMAS) {
         let Some(updated) = with_condition(&fs, &levels) else {
             continue;
         };
-        let name = objects::name(&fs).to_string();
-        let rv = objects::meta_str(&fs, "resourceVersion").and_then(|r| r.parse().ok());
-        // A conflict means a newer version is coming; the event it makes runs this again.
-        if let Err(e) = api
-            .store
-            .update(
-                &format!("/{FLOW_SCHEMAS}/{name}"),
-                objects::encode_for_storage(&updated),
-                rv,
-            )
-            .await
-        {
-            if !e.is_conflict() && !e.is_not_found() {
-                tracing::warn!(flowschema = %name, error = %e, "cannot update FlowSchema status");
-            }
-        }
+        let key = format!("/{FLOW_SCHEMAS}/{}", objects::name(&fs));
+        crate::internal::replace_if_unchanged(api, &key, &updated).await;
     }
 }
 

@@ -18,6 +18,7 @@ pub mod crd;
 pub mod discovery;
 pub mod filter;
 pub mod flowcontrol;
+pub mod internal;
 pub mod kubelet_client;
 pub mod metrics;
 pub mod objects;

@@ -188,18 +188,6 @@ pub fn plan(services: &[SvcInfo], ips: &[IpInfo], cidrs: &[Cidr], now: i64) -> V
     actions
 }
 
-fn list_json(api: &ApiServer, storage: &str) -> Vec<Value> {
-    api.caches
-        .get(storage)
-        .map(|c| {
-            c.list(&format!("/{storage}/"), &Default::default())
-                .iter()
-                .filter_map(|o| serde_json::from_slice(&o.json).ok())
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 /// Whether the stored Service `namespace/name` has `ip` among its cluster IPs.
 async fn service_has(
     api: &ApiServer,
@@ -223,7 +211,7 @@ async fn service_has(
 
 /// One full pass.
 pub async fn run_once(api: &Arc<ApiServer>) -> Result<(), String> {
-    let services_json = list_json(api, "services");
+    let services_json = crate::internal::cached_objects(api, "services");
     let services: Vec<SvcInfo> = services_json
         .iter()
         .map(|s| SvcInfo {
@@ -232,7 +220,7 @@ pub async fn run_once(api: &Arc<ApiServer>) -> Result<(), String> {
             ips: cluster_ips(s),
         })
         .collect();
-    let ips: Vec<IpInfo> = list_json(api, &super::ipaddress_storage(api))
+    let ips: Vec<IpInfo> = crate::internal::cached_objects(api, &super::ipaddress_storage(api))
         .iter()
         .map(IpInfo::from_json)
         .collect();

@@ -236,18 +236,8 @@ async fn handle(
     if crd["status"] != status {
         let mut updated = crd.clone();
         updated["status"] = status;
-        let rv = objects::meta_str(&crd, "resourceVersion").and_then(|r| r.parse().ok());
         let key = format!("/customresourcedefinitions/{name}");
-        // A conflict means a newer version is on its way here; it will be handled then.
-        if let Err(e) = api
-            .store
-            .update(&key, objects::encode_for_storage(&updated), rv)
-            .await
-        {
-            if !e.is_conflict() && !e.is_not_found() {
-                tracing::warn!(crd = %name, error = %e, "cannot update CRD status");
-            }
-        }
+        crate::internal::replace_if_unchanged(api, &key, &updated).await;
     }
 }
 

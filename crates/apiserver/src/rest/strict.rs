@@ -9,7 +9,7 @@
 //! the YAML walk keeps the keys of the open mappings only.
 
 use std::collections::{HashMap, HashSet};
-use std::fmt;
+use std::fmt::{self, Write as _};
 
 use serde::de::{DeserializeSeed, Deserializer, MapAccess, SeqAccess, Visitor};
 use serde_json::{Map, Number, Value};
@@ -109,7 +109,8 @@ impl<'de> Visitor<'de> for ValueVisitor<'_, '_> {
         let mut items = Vec::new();
         loop {
             let len = st.path.len();
-            st.path.push_str(&format!("[{}]", items.len()));
+            // Written in place: no allocation per element.
+            let _ = write!(st.path, "[{}]", items.len());
             let item = seq.next_element_seed(Seed(&mut *st));
             st.path.truncate(len);
             match item? {

@@ -191,16 +191,8 @@ fn validate_resource(path: &FieldPath, x: &Map<String, Value>) -> Vec<FieldError
             None => errs.push(invalid(&path.child("kind"), v, "must be a string")),
             Some("") => errs.push(FieldError::required(&path.child("kind"), "")),
             Some(kind) => {
-                let msgs = names::is_dns1035_label(&kind.to_lowercase());
-                if !msgs.is_empty() {
-                    errs.push(FieldError::invalid(
-                        &path.child("kind"),
-                        kind,
-                        format!(
-                            "may have mixed case, but should otherwise match: {}",
-                            msgs.join(",")
-                        ),
-                    ));
+                if let Some(msg) = names::kind_name_error(kind) {
+                    errs.push(FieldError::invalid(&path.child("kind"), kind, msg));
                 }
             }
         }

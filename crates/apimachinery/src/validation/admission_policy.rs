@@ -270,16 +270,8 @@ fn param_kind(pk: &Value, path: &FieldPath) -> ErrorList {
     if kind.is_empty() {
         errs.push(FieldError::required(&path.child("kind"), ""));
     } else {
-        let msgs = names::is_dns1035_label(&kind.to_lowercase());
-        if !msgs.is_empty() {
-            errs.push(FieldError::invalid(
-                &path.child("kind"),
-                kind,
-                format!(
-                    "may have mixed case, but should otherwise match: {}",
-                    msgs.join(",")
-                ),
-            ));
+        if let Some(msg) = names::kind_name_error(kind) {
+            errs.push(FieldError::invalid(&path.child("kind"), kind, msg));
         }
     }
     errs

@@ -388,16 +388,8 @@ pub fn names(n: &Value, path: &FieldPath) -> ErrorList {
     }
     for key in ["kind", "listKind"] {
         let v = s(n, &[key]);
-        let msgs = names::is_dns1035_label(&v.to_lowercase());
-        if !v.is_empty() && !msgs.is_empty() {
-            errs.push(FieldError::invalid(
-                &path.child(key),
-                v,
-                format!(
-                    "may have mixed case, but should otherwise match: {}",
-                    msgs.join(",")
-                ),
-            ));
+        if let Some(msg) = names::kind_name_error(v).filter(|_| !v.is_empty()) {
+            errs.push(FieldError::invalid(&path.child(key), v, msg));
         }
     }
     for (i, short) in arr(n, "shortNames").iter().enumerate() {

@@ -136,6 +136,18 @@ pub fn is_dns1123_subdomain(v: &str) -> Vec<String> {
     errs
 }
 
+/// A kind name (`Kind`, `listKind`, `paramKind.kind`, an embedded object's kind): a DNS-1035 label
+/// once lowercased, with upstream's message when it is not; `None` when valid.
+pub fn kind_name_error(kind: &str) -> Option<String> {
+    let msgs = is_dns1035_label(&kind.to_lowercase());
+    (!msgs.is_empty()).then(|| {
+        format!(
+            "may have mixed case, but should otherwise match: {}",
+            msgs.join(",")
+        )
+    })
+}
+
 /// Upstream's `IsDNS1035Label`.
 pub fn is_dns1035_label(v: &str) -> Vec<String> {
     let mut errs = Vec::new();

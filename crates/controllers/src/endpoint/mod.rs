@@ -5,7 +5,7 @@
 
 pub mod subsets;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use client::controller::{Controller, EnqueueHandler};
@@ -26,6 +26,12 @@ struct Ctx {
     /// Per Service, the resourceVersion its Endpoints had before our last update: seeing it again in
     /// the cache means the cache is behind (upstream `staleEndpointsTracker`).
     replaced_versions: Mutex<HashMap<String, String>>,
+    /// Services whose sync found the cache behind: the Endpoints update that catches the cache up
+    /// queues them again. Upstream returns an error and retries with backoff instead, and a burst
+    /// of pod events can use up the 15 retries before the watch delivers our own write, leaving
+    /// the Endpoints out of date until the next unrelated change.
+    waiting_for_cache: Arc<Mutex<HashSet<String>>>,
+    queue: RateLimitingQueue<String>,
     recorder: client::events::Recorder,
     _events: client::events::EventBroadcaster,
 }
@@ -60,7 +66,18 @@ pub async fn run(client: kube::Client, factory: &SharedInformerFactory, workers:
     );
     // A deleted Endpoints object of a selecting Service is re-created.
     let q4 = queue.clone();
-    ep_informer.add_event_handler(EventHandlerFuncs::new().on_delete(move |d| q4.add(d.key())));
+    let waiting_for_cache = Arc::new(Mutex::new(HashSet::new()));
+    let (w5, q5) = (waiting_for_cache.clone(), queue.clone());
+    ep_informer.add_event_handler(
+        EventHandlerFuncs::new()
+            .on_update(move |_, ep: &Arc<Endpoints>| {
+                let key = object_key(ep.as_ref());
+                if lock(&w5).remove(&key) {
+                    q5.add(key);
+                }
+            })
+            .on_delete(move |d| q4.add(d.key())),
+    );
     let (events, recorder) =
         crate::endpointslice::util::event_recorder(&client, "endpoint-controller");
     let ctx = Arc::new(Ctx {
@@ -72,6 +89,8 @@ pub async fn run(client: kube::Client, factory: &SharedInformerFactory, workers:
         endpoints: ep_informer.store(),
         trigger_times: TriggerTimeTracker::default(),
         replaced_versions: Mutex::new(HashMap::new()),
+        waiting_for_cache,
+        queue: queue.clone(),
     });
     factory.start();
     factory.wait_for_cache_sync().await;
@@ -95,11 +114,36 @@ pub async fn run(client: kube::Client, factory: &SharedInformerFactory, workers:
         .await;
 }
 
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 impl Ctx {
     fn versions(&self) -> std::sync::MutexGuard<'_, HashMap<String, String>> {
-        self.replaced_versions
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+        lock(&self.replaced_versions)
+    }
+
+    fn cache_behind(&self, key: &str, current: Option<&Endpoints>) -> bool {
+        let rv = current.and_then(|e| e.metadata.resource_version.as_ref());
+        rv.is_some() && self.versions().get(key) == rv
+    }
+
+    /// Whether the cached Endpoints are older than our last write; if so the Service is parked
+    /// until the informer delivers that write (see `waiting_for_cache`).
+    fn park_if_cache_behind(&self, key: &str, current: Option<&Endpoints>) -> bool {
+        if !self.cache_behind(key, current) {
+            return false;
+        }
+        lock(&self.waiting_for_cache).insert(key.to_string());
+        // The informer updates its store before calling handlers, so reading again after parking
+        // means either the handler finds the key parked or this read sees the newer version.
+        if self.cache_behind(key, self.endpoints.get(key).as_deref()) {
+            return true;
+        }
+        if lock(&self.waiting_for_cache).remove(key) {
+            self.queue.add(key.to_string());
+        }
+        true
     }
 }
 
@@ -116,6 +160,7 @@ async fn sync_service(ctx: &Ctx, key: &str) -> Result<(), String> {
         }
         ctx.trigger_times.delete(key);
         ctx.versions().remove(key);
+        lock(&ctx.waiting_for_cache).remove(key);
         return Ok(());
     };
     let spec = svc.spec.clone().unwrap_or_default();
@@ -132,10 +177,12 @@ async fn sync_service(ctx: &Ctx, key: &str) -> Result<(), String> {
     // Computed on every sync so the tracker's state follows even when nothing is written.
     let trigger = ctx.trigger_times.compute(key, &svc, &pods);
     let current = ctx.endpoints.get(key);
-    if let Some(current) = &current {
-        if ctx.versions().get(key) == current.metadata.resource_version.as_ref() {
-            return Err(format!("{key}: endpoints informer cache is out of date"));
-        }
+    if ctx.park_if_cache_behind(key, current.as_deref()) {
+        tracing::debug!(
+            key,
+            "endpoints informer cache is out of date; waiting for it"
+        );
+        return Ok(());
     }
     let Some(new) = subsets::desired_endpoints(&svc, &pods, current.as_deref(), trigger) else {
         return Ok(());

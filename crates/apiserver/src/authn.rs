@@ -19,6 +19,17 @@ pub struct UserInfo {
 }
 
 impl UserInfo {
+    /// The API server itself, for the writes it makes on its own behalf (bootstrap objects):
+    /// upstream's loopback client is `system:apiserver` in `system:masters`.
+    pub fn server() -> &'static UserInfo {
+        static SERVER: std::sync::OnceLock<UserInfo> = std::sync::OnceLock::new();
+        SERVER.get_or_init(|| UserInfo {
+            name: "system:apiserver".into(),
+            uid: String::new(),
+            groups: vec!["system:masters".into(), "system:authenticated".into()],
+        })
+    }
+
     fn authenticated(mut self) -> UserInfo {
         if !self.groups.iter().any(|g| g == "system:authenticated") {
             self.groups.push("system:authenticated".into());

@@ -4,7 +4,7 @@
 //! Request path: TLS ([`server`]) -> authentication ([`authn`]) -> routing ([`request`]) -> discovery
 //! ([`discovery`]) or the generic REST handlers ([`rest`]) -> storage, with lists and watches served by
 //! the watch cache ([`watch_cache`]); authorization ([`authz`]) after authentication; admission
-//! ([`admission`]: LimitRanger, ResourceQuota; [`serviceaccount::admission`]) on writes.
+//! ([`admission`]: the chain of admission plugins) on writes.
 
 pub mod admission;
 pub mod allocator;
@@ -82,6 +82,10 @@ pub struct Config {
     /// The network namespace pods live in when it is not this process's (`rkube server
     /// --pod-network-namespace`): pod and service proxies dial pod IPs from inside it.
     pub pod_network_namespace: Option<PathBuf>,
+    /// `--enable-admission-plugins`: plugins to run besides the default ones.
+    pub enable_admission_plugins: Vec<String>,
+    /// `--disable-admission-plugins`.
+    pub disable_admission_plugins: Vec<String>,
 }
 
 impl Config {
@@ -103,6 +107,8 @@ impl Config {
             bookmark_interval: Duration::from_secs(60),
             kubelet: Default::default(),
             pod_network_namespace: None,
+            enable_admission_plugins: Vec::new(),
+            disable_admission_plugins: Vec::new(),
         }
     }
 }
@@ -125,8 +131,8 @@ pub struct ApiServer {
     pub crds: crd::info::CustomResources,
     /// Appended to `/metrics` (the all-in-one server adds its components' metrics).
     pub extra_metrics: Option<metrics::ExtraMetrics>,
-    /// ResourceQuota admission's per-namespace serialization.
-    pub quota: admission::resourcequota::QuotaAdmission,
+    /// The admission plugins writes go through.
+    pub admission: admission::Chain,
     /// Logs, exec, attach, port-forward and node proxying go through this to kubelets.
     pub kubelet: kubelet_client::KubeletClient,
     /// See [`Config::pod_network_namespace`].
@@ -234,7 +240,10 @@ pub async fn start_with_metrics(
         metrics: Arc::default(),
         crds: Default::default(),
         extra_metrics,
-        quota: Default::default(),
+        admission: admission::Chain::from_flags(
+            &config.enable_admission_plugins,
+            &config.disable_admission_plugins,
+        )?,
         kubelet,
         pod_network_namespace: config.pod_network_namespace.clone(),
         components: Default::default(),

@@ -43,6 +43,12 @@ pub struct ServeArgs {
     /// the authorizer; with false they get 401.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     anonymous_auth: bool,
+    /// Admission plugins to run besides the default ones, comma-separated (upstream's names).
+    #[arg(long, value_delimiter = ',')]
+    enable_admission_plugins: Vec<String>,
+    /// Default admission plugins not to run, comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    disable_admission_plugins: Vec<String>,
     /// Issuer (`iss`) of service account tokens.
     #[arg(long, default_value = apiserver::serviceaccount::DEFAULT_ISSUER)]
     service_account_issuer: String,
@@ -152,6 +158,8 @@ impl ServeArgs {
         config.token_auth_file = self.token_auth_file.clone();
         config.authorization_mode = apiserver::authz::Mode::parse(&self.authorization_mode)?;
         config.anonymous_auth = self.anonymous_auth;
+        config.enable_admission_plugins = self.enable_admission_plugins.clone();
+        config.disable_admission_plugins = self.disable_admission_plugins.clone();
         config.service_account_issuer = self.service_account_issuer.clone();
         config.api_audiences = self.api_audiences.clone();
         config.service_account_key_file = self.service_account_signing_key_file.clone();

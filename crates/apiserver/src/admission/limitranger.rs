@@ -24,6 +24,9 @@ fn supports(attrs: &Attributes<'_>, old: Option<&Value>) -> bool {
     if attrs.subresource.is_some() || !attrs.group.is_empty() {
         return false;
     }
+    if !matches!(attrs.operation, Operation::Create | Operation::Update) {
+        return false;
+    }
     let old_deleting =
         old.is_some_and(|o| crate::objects::meta_str(o, "deletionTimestamp").is_some());
     match attrs.resource {
@@ -35,6 +38,36 @@ fn supports(attrs: &Attributes<'_>, old: Option<&Value>) -> bool {
 
 fn ranges(api: &ApiServer, namespace: &str) -> Vec<LimitRange> {
     super::cached_in_namespace(api, "limitranges", namespace)
+}
+
+/// The plugin (upstream `LimitRanger`).
+pub struct LimitRanger;
+
+#[async_trait::async_trait]
+impl super::Plugin for LimitRanger {
+    fn name(&self) -> &'static str {
+        "LimitRanger"
+    }
+
+    async fn admit(
+        &self,
+        api: &ApiServer,
+        attrs: &Attributes<'_>,
+        object: &mut Value,
+        old: Option<&Value>,
+    ) -> Result<(), ApiError> {
+        admit(api, attrs, object, old)
+    }
+
+    async fn validate(
+        &self,
+        api: &ApiServer,
+        attrs: &Attributes<'_>,
+        object: &Value,
+        old: Option<&Value>,
+    ) -> Result<(), ApiError> {
+        validate(api, attrs, object, old)
+    }
 }
 
 /// Mutating phase: default requests and limits on a new pod's containers.

@@ -234,6 +234,27 @@ fn stripe(namespace: &str) -> usize {
     (h.finish() % LOCK_STRIPES as u64) as usize
 }
 
+#[async_trait::async_trait]
+impl super::Plugin for QuotaAdmission {
+    fn name(&self) -> &'static str {
+        "ResourceQuota"
+    }
+
+    fn handles(&self, attrs: &Attributes<'_>) -> bool {
+        attrs.operation.for_quota().is_some()
+    }
+
+    async fn validate(
+        &self,
+        api: &ApiServer,
+        attrs: &Attributes<'_>,
+        object: &Value,
+        old: Option<&Value>,
+    ) -> Result<(), ApiError> {
+        self.admit(api, attrs, object, old).await
+    }
+}
+
 impl QuotaAdmission {
     /// Admits the request or refuses it; charges the matching quotas when it is admitted.
     pub async fn admit(
@@ -250,10 +271,13 @@ impl QuotaAdmission {
             return Ok(());
         }
         let evaluator = Evaluator::for_resource(attrs.group, attrs.resource);
-        if !evaluator.handles(attrs.operation) || !self.has_quotas(api, attrs.namespace) {
+        let Some(operation) = attrs.operation.for_quota() else {
+            return Ok(());
+        };
+        if !evaluator.handles(operation) || !self.has_quotas(api, attrs.namespace) {
             return Ok(());
         }
-        let evaluation = self.evaluate(api, attrs, &evaluator, object, old);
+        let evaluation = self.evaluate(api, attrs, operation, &evaluator, object, old);
         match tokio::time::timeout(TIMEOUT, evaluation).await {
             Ok(result) => result,
             Err(_) => Err(ApiError::internal("resource quota evaluation timed out")),
@@ -275,6 +299,7 @@ impl QuotaAdmission {
         &self,
         api: &ApiServer,
         attrs: &Attributes<'_>,
+        operation: Operation,
         evaluator: &Evaluator,
         raw: &Value,
         raw_old: Option<&Value>,
@@ -282,7 +307,7 @@ impl QuotaAdmission {
         let object = Decoded::new(evaluator, raw)?;
         let old = raw_old.map(|o| Decoded::new(evaluator, o)).transpose()?;
         let req = Request {
-            operation: attrs.operation,
+            operation,
             object: object.object(),
             old: old.as_ref().map(Decoded::object),
         };

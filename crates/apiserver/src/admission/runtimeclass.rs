@@ -43,6 +43,30 @@ fn same_resources(a: &Map<String, Value>, b: &Map<String, Value>) -> bool {
             })
 }
 
+/// The plugin (upstream `RuntimeClass`): mutating on pod creates.
+pub struct RuntimeClass;
+
+#[async_trait::async_trait]
+impl super::Plugin for RuntimeClass {
+    fn name(&self) -> &'static str {
+        "RuntimeClass"
+    }
+
+    fn handles(&self, attrs: &Attributes<'_>) -> bool {
+        attrs.operation == super::Operation::Create
+    }
+
+    async fn admit(
+        &self,
+        api: &ApiServer,
+        attrs: &Attributes<'_>,
+        object: &mut Value,
+        _old: Option<&Value>,
+    ) -> Result<(), ApiError> {
+        admit(api, attrs, object).await
+    }
+}
+
 /// Applies the pod's RuntimeClass to a new pod, or refuses the pod.
 pub async fn admit(
     api: &ApiServer,

@@ -118,6 +118,18 @@ pub(super) async fn delete_one(
                 ));
             }
         }
+        // Admission sees the object being deleted as the old object, and no new one.
+        let attrs =
+            super::write::admission_attributes(ctx, None, crate::admission::Operation::Delete, name);
+        let mut nothing = Value::Null;
+        ctx.api
+            .admission
+            .admit(ctx.api, &attrs, &mut nothing, Some(&old))
+            .await?;
+        ctx.api
+            .admission
+            .validate(ctx.api, &attrs, &Value::Null, Some(&old))
+            .await?;
         let mut new = old.clone();
         let mut finalizers = gc_finalizers(
             default_gc_policy(&ctx.resource.group, &ctx.resource.plural, &ctx.req.version),

@@ -43,6 +43,10 @@ pub struct Ctx<'a> {
     pub req: &'a ResourceRequest,
     pub query: &'a Query,
     pub headers: &'a HeaderMap,
+    /// Who asked ([`crate::authn::UserInfo::server`] for the server's own writes).
+    pub user: &'a crate::authn::UserInfo,
+    /// Warnings and audit annotations from admission, sent with the response.
+    pub outcome: crate::admission::Outcome,
 }
 
 impl Ctx<'_> {
@@ -460,7 +464,27 @@ async fn dispatch(
         req,
         query,
         headers,
+        user: user.unwrap_or(crate::authn::UserInfo::server()),
+        outcome: Default::default(),
     };
+    let result = serve(&ctx, user, body).await;
+    let warnings = ctx.outcome.warnings();
+    if warnings.is_empty() {
+        return result;
+    }
+    // Admission's warnings go with refusals too.
+    let mut resp = result.unwrap_or_else(|e| response::error_response(&e));
+    write::add_warnings(&mut resp, &warnings);
+    Ok(resp)
+}
+
+/// The verb's handler for a resolved request.
+async fn serve(
+    ctx: &Ctx<'_>,
+    user: Option<&crate::authn::UserInfo>,
+    body: Bytes,
+) -> Result<Response<Body>, ApiError> {
+    let (req, headers) = (ctx.req, ctx.headers);
     // Upstream negotiates the output before acting, so a 406 leaves nothing changed.
     ctx.negotiated()?;
     if ctx.resource.custom && !body.is_empty() && decode::is_protobuf(headers) {
@@ -471,24 +495,24 @@ async fn dispatch(
     }
     if ctx.resource.group.is_empty() && ctx.resource.plural == "componentstatuses" {
         return match req.verb {
-            Verb::Get => componentstatus::get(&ctx).await,
-            _ => componentstatus::list(&ctx).await,
+            Verb::Get => componentstatus::get(ctx).await,
+            _ => componentstatus::list(ctx).await,
         };
     }
     if req.verb == Verb::Create && reviews::is_review(&ctx.resource.group, &ctx.resource.plural) {
-        return reviews::create(&ctx, user, body);
+        return reviews::create(ctx, user, body);
     }
     match (req.verb, req.subresource.as_deref()) {
-        (Verb::Get, None) => read::get(&ctx).await,
-        (Verb::Get, Some(sub)) => read::get_subresource(&ctx, sub).await,
-        (Verb::List, _) => list::list(&ctx).await,
-        (Verb::Watch, _) => watch::watch(&ctx).await,
-        (Verb::Create, None) => write::create(&ctx, body).await,
-        (Verb::Create, Some(sub)) => write::create_subresource(&ctx, sub, body).await,
-        (Verb::Update, sub) => write::update(&ctx, sub, body).await,
-        (Verb::Patch, sub) => write::patch(&ctx, sub, body).await,
-        (Verb::Delete, None) => delete::delete(&ctx, body).await,
-        (Verb::DeleteCollection, None) => delete::delete_collection(&ctx, body).await,
+        (Verb::Get, None) => read::get(ctx).await,
+        (Verb::Get, Some(sub)) => read::get_subresource(ctx, sub).await,
+        (Verb::List, _) => list::list(ctx).await,
+        (Verb::Watch, _) => watch::watch(ctx).await,
+        (Verb::Create, None) => write::create(ctx, body).await,
+        (Verb::Create, Some(sub)) => write::create_subresource(ctx, sub, body).await,
+        (Verb::Update, sub) => write::update(ctx, sub, body).await,
+        (Verb::Patch, sub) => write::patch(ctx, sub, body).await,
+        (Verb::Delete, None) => delete::delete(ctx, body).await,
+        (Verb::DeleteCollection, None) => delete::delete_collection(ctx, body).await,
         (verb, Some(sub)) => Err(ApiError::method_not_supported(
             &Qualified::new(
                 &ctx.resource.group,
@@ -527,6 +551,8 @@ pub async fn create_internal(
         req: &req,
         query: &query,
         headers: &headers,
+        user: crate::authn::UserInfo::server(),
+        outcome: Default::default(),
     };
     write::create_object(&ctx, obj).await.map(|_| ())
 }

@@ -164,6 +164,11 @@ async fn attempt(
             ))
         }
     };
+    let attrs = admission_attributes(ctx, sub, admission::Operation::Update, ctx.name());
+    ctx.api
+        .admission
+        .admit(ctx.api, &attrs, &mut new, Some(&old))
+        .await?;
     if !manager.is_empty() {
         let now = objects::now_rfc3339();
         let tracked = match sub {
@@ -195,8 +200,10 @@ async fn attempt(
             &errors,
         ));
     }
-    let attrs = admission_attributes(ctx, sub, admission::Operation::Update);
-    admission::validate(ctx.api, &attrs, &new, Some(&old)).await?;
+    ctx.api
+        .admission
+        .validate(ctx.api, &attrs, &new, Some(&old))
+        .await?;
     objects::set_meta(&mut new, "resourceVersion", old_rv.to_string());
     if new == old || ctx.dry_run() {
         let json = serde_json::to_vec(&new).map_err(ApiError::internal)?;

@@ -133,17 +133,16 @@ async fn create_tracked(ctx: &Ctx<'_>, mut obj: Value, track: bool) -> Result<By
     if (group.as_str(), kind.as_str()) == ("batch", "Job") {
         apimachinery::defaults::default_job_selector(&mut obj, &uid);
     }
-    let attrs = admission_attributes(ctx, None, admission::Operation::Create);
-    admission::mutate(ctx.api, &attrs, &mut obj, None)?;
-    admission::runtimeclass::admit(ctx.api, &attrs, &mut obj).await?;
+    let name = objects::name(&obj).to_string();
+    let attrs = admission_attributes(ctx, None, admission::Operation::Create, &name);
+    ctx.api
+        .admission
+        .admit(ctx.api, &attrs, &mut obj, None)
+        .await?;
     let manager = field_manager(ctx)?;
     if track && !manager.is_empty() {
         // As upstream, a create owns what it set, defaulted fields included.
         fieldmanager::on_create(&operation(ctx, None, &manager, &now), &mut obj);
-    }
-    let name = objects::name(&obj).to_string();
-    if (group.as_str(), kind.as_str()) == ("", "Pod") && !name.is_empty() {
-        crate::serviceaccount::admission::admit_pod(ctx.api, &mut obj).await?;
     }
     let errors = if name.is_empty() {
         vec![apimachinery::validation::field::FieldError::required(
@@ -169,7 +168,10 @@ async fn create_tracked(ctx: &Ctx<'_>, mut obj: Value, track: bool) -> Result<By
     if ctx.resource.namespaced {
         admit_namespace(ctx, objects::namespace(&obj)).await?;
     }
-    admission::validate(ctx.api, &attrs, &obj, None).await?;
+    ctx.api
+        .admission
+        .validate(ctx.api, &attrs, &obj, None)
+        .await?;
     if (group.as_str(), kind.as_str()) == ("", "Service") {
         ctx.api
             .services
@@ -209,9 +211,18 @@ pub(super) fn admission_attributes<'a>(
     ctx: &'a Ctx<'_>,
     sub: Option<&'a str>,
     operation: admission::Operation,
+    name: &'a str,
 ) -> admission::Attributes<'a> {
     admission::Attributes {
         group: &ctx.resource.group,
+        version: &ctx.resource.version,
+        kind: match sub {
+            Some("scale") => "Scale",
+            Some("binding") => "Binding",
+            Some("eviction") => "Eviction",
+            Some("token") => "TokenRequest",
+            _ => &ctx.resource.kind,
+        },
         resource: &ctx.resource.plural,
         subresource: sub,
         namespace: if ctx.resource.namespaced {
@@ -219,8 +230,11 @@ pub(super) fn admission_attributes<'a>(
         } else {
             ""
         },
+        name,
         operation,
         dry_run: ctx.dry_run(),
+        user: ctx.user,
+        outcome: &ctx.outcome,
     }
 }
 

@@ -24,6 +24,34 @@ const TOKEN_EXPIRATION: i64 = 3607;
 /// How long a pod waits for its missing service account.
 const SERVICE_ACCOUNT_WAIT: Duration = Duration::from_secs(2);
 
+/// The plugin (upstream `ServiceAccount`): mutating on pod creates.
+pub struct ServiceAccount;
+
+#[async_trait::async_trait]
+impl crate::admission::Plugin for ServiceAccount {
+    fn name(&self) -> &'static str {
+        "ServiceAccount"
+    }
+
+    fn handles(&self, attrs: &crate::admission::Attributes<'_>) -> bool {
+        attrs.operation == crate::admission::Operation::Create
+            && attrs.group.is_empty()
+            && attrs.resource == "pods"
+            && attrs.subresource.is_none()
+            && !attrs.name.is_empty()
+    }
+
+    async fn admit(
+        &self,
+        api: &ApiServer,
+        _attrs: &crate::admission::Attributes<'_>,
+        object: &mut Value,
+        _old: Option<&Value>,
+    ) -> Result<(), ApiError> {
+        admit_pod(api, object).await
+    }
+}
+
 /// Admits a pod being created (already defaulted, so `spec.serviceAccountName` is set).
 pub async fn admit_pod(api: &ApiServer, pod: &mut Value) -> Result<(), ApiError> {
     let is_mirror = pod

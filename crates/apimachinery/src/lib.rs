@@ -13,6 +13,7 @@
 //! - [`printers`]: the columns of server-side `Table` output, as `kubectl get` shows them.
 //! - [`quantity`]: resource quantities (`500m`, `1Gi`) with exact arithmetic and canonical printing.
 //! - [`quota`]: resource quota accounting shared by quota admission and the quota controller.
+//! - [`podsecurity`]: the Pod Security Standards and the PodSecurity admission decisions.
 //!
 //! Objects are handled as `serde_json::Value` in their served JSON form, so the same code serves built-in
 //! kinds and custom resources.
@@ -23,6 +24,7 @@ pub mod fieldmanager;
 pub mod fields;
 pub mod labels;
 pub mod patch;
+pub mod podsecurity;
 pub mod printers;
 pub mod quantity;
 pub mod quota;

@@ -23,6 +23,7 @@ pub mod kubelet_client;
 pub mod metrics;
 pub mod objects;
 pub mod openapi;
+pub mod registry;
 pub mod request;
 pub mod response;
 pub mod rest;
@@ -259,6 +260,7 @@ pub async fn start_with_metrics(
     apiservices::sync(&api, false).await;
     tokio::spawn(apiservices::run(api.clone()));
     tokio::spawn(flowcontrol::run(api.clone()));
+    tokio::spawn(admission::policy::typecheck::run(api.clone()));
     let compactor = {
         let caches = caches.clone();
         storage::compaction::spawn_auto_compaction_with(

@@ -357,6 +357,19 @@ fn conflict_error(conflicts: &[(String, String, Vec<String>)]) -> ApiError {
     }
 }
 
+/// An applied configuration merged into an object without recording ownership (what a
+/// MutatingAdmissionPolicy's `ApplyConfiguration` does): maps merge, associative lists merge by
+/// key, sets are united, other lists are replaced.
+pub fn merge_without_ownership(group: &str, kind: &str, live: &Value, config: &Value) -> Value {
+    let s = schema_for(group, kind);
+    let schema = if s.type_name().is_some() {
+        s
+    } else {
+        object_schema()
+    };
+    walk::merge(live, config, schema)
+}
+
 /// The field manager of a request: the `fieldManager` parameter, else the user agent's product name
 /// (upstream `prefixFromUserAgent`).
 pub fn manager_name(

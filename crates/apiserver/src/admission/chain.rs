@@ -88,8 +88,8 @@ impl Chain {
         let plugins = super::plugins::ORDERED
             .iter()
             .filter(|name| {
-                let on = super::plugins::DEFAULT_ON.contains(name)
-                    || enable.iter().any(|e| e == *name);
+                let on =
+                    super::plugins::DEFAULT_ON.contains(name) || enable.iter().any(|e| e == *name);
                 on && !disable.iter().any(|d| d == *name)
             })
             .filter_map(|name| super::plugins::build(name))

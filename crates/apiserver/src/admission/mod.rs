@@ -7,11 +7,24 @@
 //! Still outside the chain: NamespaceLifecycle (in `rest::write`) and Priority (`rest::priority`,
 //! which runs before defaulting because our pod defaults fill in `preemptionPolicy`).
 
+pub mod alwayspullimages;
+pub mod certificates;
 pub mod chain;
+pub mod defaultingressclass;
+pub mod defaultstorageclass;
+pub mod defaulttolerationseconds;
+pub mod gc;
 pub mod limitranger;
+pub mod noderestriction;
+pub mod nodetaint;
 pub mod plugins;
+pub mod podsecurity;
+pub mod policy;
+pub mod pvcresize;
 pub mod resourcequota;
 pub mod runtimeclass;
+pub mod storageobjectinuseprotection;
+pub mod webhook;
 
 use std::sync::Mutex;
 

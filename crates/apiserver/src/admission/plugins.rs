@@ -46,7 +46,10 @@ pub const DEFAULT_ON: &[&str] = &[
     "Priority",
     "DefaultTolerationSeconds",
     "DefaultStorageClass",
-    "StorageObjectInUseProtection",
+    // StorageObjectInUseProtection is on upstream, but rkube has no pvc-protection and
+    // pv-protection controllers yet to remove its finalizers: on, every deleted claim and volume
+    // (and every namespace holding one) would stay Terminating forever. Enable it with
+    // `--enable-admission-plugins` where those finalizers are removed by other means.
     "PersistentVolumeClaimResize",
     "RuntimeClass",
     "CertificateApproval",
@@ -68,6 +71,35 @@ pub fn build(name: &str) -> Option<Arc<dyn Plugin>> {
         "ServiceAccount" => Arc::new(crate::serviceaccount::admission::ServiceAccount),
         "RuntimeClass" => Arc::new(super::runtimeclass::RuntimeClass),
         "ResourceQuota" => Arc::new(super::resourcequota::QuotaAdmission::default()),
+        "NodeRestriction" => Arc::new(super::noderestriction::NodeRestriction),
+        "TaintNodesByCondition" => Arc::new(super::nodetaint::TaintNodesByCondition),
+        "AlwaysPullImages" => Arc::new(super::alwayspullimages::AlwaysPullImages),
+        "PodSecurity" => Arc::new(super::podsecurity::PodSecurity::default()),
+        "DefaultTolerationSeconds" => {
+            Arc::new(super::defaulttolerationseconds::DefaultTolerationSeconds)
+        }
+        "DefaultStorageClass" => Arc::new(super::defaultstorageclass::DefaultStorageClass),
+        "StorageObjectInUseProtection" => {
+            Arc::new(super::storageobjectinuseprotection::StorageObjectInUseProtection)
+        }
+        "OwnerReferencesPermissionEnforcement" => {
+            Arc::new(super::gc::OwnerReferencesPermissionEnforcement)
+        }
+        "PersistentVolumeClaimResize" => Arc::new(super::pvcresize::PersistentVolumeClaimResize),
+        "CertificateApproval" => Arc::new(super::certificates::CertificateApproval),
+        "CertificateSigning" => Arc::new(super::certificates::CertificateSigning),
+        "CertificateSubjectRestriction" => {
+            Arc::new(super::certificates::CertificateSubjectRestriction)
+        }
+        "DefaultIngressClass" => Arc::new(super::defaultingressclass::DefaultIngressClass),
+        "MutatingAdmissionPolicy" => {
+            Arc::new(super::policy::mutating::MutatingAdmissionPolicy::default())
+        }
+        "MutatingAdmissionWebhook" => Arc::new(super::webhook::MutatingWebhook::default()),
+        "ValidatingAdmissionPolicy" => {
+            Arc::new(super::policy::validating::ValidatingAdmissionPolicy::default())
+        }
+        "ValidatingAdmissionWebhook" => Arc::new(super::webhook::ValidatingWebhook::default()),
         _ => return None,
     };
     Some(plugin)

@@ -207,7 +207,41 @@ pub fn validate(
     if old_ok {
         errs.extend(listtype::validate(new, schema));
     }
+    if let (Some(s), Some(rules)) = (schema, v.and_then(|v| v.rules.as_deref())) {
+        errs.extend(validation_rules(rules, s, new, old, &errs));
+    }
     errs
+}
+
+/// The CEL rules' errors, unless earlier errors make the object too broken to evaluate them
+/// (upstream `hasBlockingErr`: then one error says so instead).
+fn validation_rules(
+    rules: &super::validation_rules::RuleTree,
+    schema: &apimachinery::schema::Schema,
+    new: &Value,
+    old: Option<&Value>,
+    earlier: &[FieldError],
+) -> Vec<FieldError> {
+    use apimachinery::validation::ErrorType;
+    let blocking = earlier.iter().any(|e| {
+        matches!(
+            e.kind,
+            ErrorType::NotSupported
+                | ErrorType::Required
+                | ErrorType::TooLong
+                | ErrorType::TooMany
+                | ErrorType::TypeInvalid
+        )
+    });
+    if blocking {
+        return vec![FieldError::with_value_text(
+            ErrorType::Invalid,
+            &FieldPath::root("<nil>"),
+            "\"null\"",
+            "some validation rules were not checked because the object was invalid; correct the existing errors to complete validation",
+        )];
+    }
+    super::validation_eval::validate(rules, schema, new, old)
 }
 
 fn go_type(v: &Value) -> &'static str {

@@ -7,6 +7,8 @@ use std::sync::{Arc, RwLock};
 
 use apimachinery::printers::custom::CustomColumn;
 use apimachinery::schema::{defaults, Schema};
+
+use super::validation_rules::{self, RuleTree};
 use serde_json::Value;
 
 /// The `scale` subresource of a version.
@@ -20,6 +22,8 @@ pub struct ScaleSpec {
 #[derive(Clone, Debug)]
 pub struct VersionInfo {
     pub schema: Option<Schema>,
+    /// The schema's `x-kubernetes-validations`, compiled once here (none when it has no rules).
+    pub rules: Option<Arc<RuleTree>>,
     pub status: bool,
     pub scale: Option<ScaleSpec>,
     pub columns: Vec<CustomColumn>,
@@ -96,6 +100,10 @@ impl CrdInfo {
             versions.insert(
                 name.to_string(),
                 VersionInfo {
+                    rules: schema
+                        .as_ref()
+                        .and_then(validation_rules::compile)
+                        .map(Arc::new),
                     schema,
                     status: v
                         .pointer("/subresources/status")

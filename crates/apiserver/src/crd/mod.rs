@@ -8,12 +8,15 @@
 //! CRD's custom resources before letting the CRD go.
 //!
 //! Differences: no webhook conversion (a CRD with `strategy: Webhook` is served with `None`'s
-//! behaviour), no CEL `x-kubernetes-validations`, and names are accepted without checking conflicts
+//! behaviour), CEL `x-kubernetes-validations` checked for field names but not types or estimated
+//! cost (see [`validation_rules`]), and names are accepted without checking conflicts
 //! with other CRDs (upstream's naming controller).
 
 pub mod finalizer;
 pub mod handler;
 pub mod info;
+pub mod validation_eval;
+pub mod validation_rules;
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -2,28 +2,19 @@
 //! graceful deletion of pods (the object stays, with `deletionTimestamp`, until the kubelet confirms
 //! with grace 0), finalizers (the object stays until they are gone), `propagationPolicy` as the garbage
 //! collector's `orphan` / `foregroundDeletion` finalizers, and namespaces waiting for `spec.finalizers`.
-//! Also the pod `binding` subresource (eviction is in [`super::eviction`]).
+//! What differs per kind (grace periods, default GC policy, namespace and CRD finalization) is the
+//! kind's [`crate::registry::Strategy`].
 
 use apimachinery::status::{success_status, ApiError};
 use bytes::Bytes;
 use http::{Response, StatusCode};
 use serde_json::{json, Value};
 
+use super::common::{admission_attributes, DeleteOptions, MAX_RETRIES};
 use super::{decode, storage_error, Ctx};
 use crate::objects;
+use crate::registry::GcPolicy;
 use crate::response::{self, Body};
-
-pub(super) const MAX_RETRIES: usize = 20;
-
-/// The parts of `DeleteOptions` that matter here, from the body or the query.
-pub(super) struct DeleteOptions {
-    pub grace_period: Option<i64>,
-    pub propagation: Option<String>,
-    /// `orphanDependents` as sent (deprecated; wins over `propagationPolicy` when set).
-    pub orphan: Option<bool>,
-    pub precondition_uid: Option<String>,
-    pub precondition_rv: Option<String>,
-}
 
 fn delete_options(ctx: &Ctx<'_>, body: &Bytes) -> Result<DeleteOptions, ApiError> {
     let body: Value = if body.iter().all(|b| b.is_ascii_whitespace()) {
@@ -91,7 +82,7 @@ pub async fn delete(ctx: &Ctx<'_>, body: Bytes) -> Result<Response<Body>, ApiErr
 }
 
 /// Deletes one object; returns the object still there (graceful or finalizing) or the deleted one.
-pub(super) async fn delete_one(
+pub(crate) async fn delete_one(
     ctx: &Ctx<'_>,
     namespace: &str,
     name: &str,
@@ -119,8 +110,7 @@ pub(super) async fn delete_one(
             }
         }
         // Admission sees the object being deleted as the old object, and no new one.
-        let attrs =
-            super::write::admission_attributes(ctx, None, crate::admission::Operation::Delete, name);
+        let attrs = admission_attributes(ctx, None, crate::admission::Operation::Delete, name);
         let mut nothing = Value::Null;
         ctx.api
             .admission
@@ -130,27 +120,19 @@ pub(super) async fn delete_one(
             .admission
             .validate(ctx.api, &attrs, &Value::Null, Some(&old))
             .await?;
+        let strategy = ctx.strategy();
         let mut new = old.clone();
         let mut finalizers = gc_finalizers(
-            default_gc_policy(&ctx.resource.group, &ctx.resource.plural, &ctx.req.version),
+            strategy.default_gc_policy(&ctx.req.version),
             objects::finalizers(&new),
             options,
         );
-        let is_crd = ctx.resource.group == "apiextensions.k8s.io"
-            && ctx.resource.plural == "customresourcedefinitions";
-        if is_crd && objects::meta_str(&old, "deletionTimestamp").is_none() {
-            // A CRD's custom resources are deleted first (the customresourcecleanup finalizer).
-            crate::crd::finalizer::mark_for_deletion(&mut new, &mut finalizers);
-        }
-        let grace = grace_period(ctx, &old, options);
-        let is_namespace = ctx.resource.group.is_empty() && ctx.resource.plural == "namespaces";
-        let ns_pending = is_namespace
-            && new
-                .pointer("/spec/finalizers")
-                .and_then(Value::as_array)
-                .is_some_and(|f| !f.is_empty());
         let already = objects::meta_str(&old, "deletionTimestamp").is_some();
-        if finalizers.is_empty() && grace == 0 && !ns_pending {
+        if !already {
+            strategy.on_first_delete(&mut new, &mut finalizers);
+        }
+        let grace = strategy.grace_period(&old, options.grace_period);
+        if finalizers.is_empty() && grace == 0 && !strategy.deletion_blocked(&new) {
             let json = delete_now_raw(ctx, &old, old_rv).await;
             match json {
                 Err(Retry) => continue,
@@ -168,9 +150,7 @@ pub(super) async fn delete_one(
             objects::set_meta(&mut new, "deletionTimestamp", objects::rfc3339_in(grace));
             objects::set_meta(&mut new, "deletionGracePeriodSeconds", grace);
         }
-        if is_namespace {
-            new["status"]["phase"] = "Terminating".into();
-        }
+        strategy.mark_terminating(&mut new);
         if new == old || ctx.dry_run() {
             let json = serde_json::to_vec(&new).map_err(ApiError::internal)?;
             return Ok((StatusCode::OK, Some(json.into())));
@@ -200,29 +180,6 @@ pub(super) async fn delete_one(
         name,
         "too many concurrent updates; try again",
     ))
-}
-
-/// What the API does with dependents when a delete request says nothing (upstream
-/// `rest.GarbageCollectionPolicy` of each strategy).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum GcPolicy {
-    /// Background cascading deletion: the default of the generic store.
-    DeleteDependents,
-    /// Dependents are orphaned: kept for backward compatibility by `v1` ReplicationControllers and
-    /// `batch/v1` Jobs.
-    OrphanDependents,
-    /// No garbage collection finalizers at all (Events).
-    Unsupported,
-}
-
-fn default_gc_policy(group: &str, plural: &str, version: &str) -> GcPolicy {
-    match (group, plural, version) {
-        ("", "replicationcontrollers", "v1") | ("batch", "jobs", "v1") => {
-            GcPolicy::OrphanDependents
-        }
-        ("", "events", _) | ("events.k8s.io", "events", _) => GcPolicy::Unsupported,
-        _ => GcPolicy::DeleteDependents,
-    }
 }
 
 /// The object's finalizers after a delete request (upstream `deletionFinalizersForGarbageCollection`
@@ -264,34 +221,6 @@ fn gc_finalizers(
     finalizers
 }
 
-/// Upstream's graceful deletion: only pods have a grace period, and only once scheduled and not
-/// finished; an explicit `gracePeriodSeconds` wins over the pod's `terminationGracePeriodSeconds`.
-fn grace_period(ctx: &Ctx<'_>, obj: &Value, options: &DeleteOptions) -> i64 {
-    if !(ctx.resource.group.is_empty() && ctx.resource.plural == "pods") {
-        return 0;
-    }
-    let scheduled = obj
-        .pointer("/spec/nodeName")
-        .and_then(Value::as_str)
-        .is_some_and(|n| !n.is_empty());
-    let finished = matches!(
-        obj.pointer("/status/phase").and_then(Value::as_str),
-        Some("Succeeded" | "Failed")
-    );
-    if !scheduled || finished {
-        return 0;
-    }
-    let grace = options
-        .grace_period
-        .or_else(|| {
-            obj.pointer("/spec/terminationGracePeriodSeconds")
-                .and_then(Value::as_i64)
-        })
-        .unwrap_or(30);
-    // 0 deletes at once (`kubectl delete --grace-period=0 --force`).
-    grace.max(0)
-}
-
 struct Retry;
 
 /// Removes the object from the store; `Err(Retry)` when it changed meanwhile.
@@ -308,7 +237,7 @@ async fn delete_now_raw(
     let key = ctx.key(objects::namespace(obj), objects::name(obj));
     match ctx.api.store.delete(&key, Some(rv)).await {
         Ok(deleted) => {
-            if ctx.resource.group.is_empty() && ctx.resource.plural == "services" {
+            if ctx.strategy().allocates_addresses() {
                 ctx.api.services.release(ctx.api, obj).await;
             }
             Ok(Ok(objects::with_resource_version(
@@ -338,13 +267,7 @@ pub fn should_delete_after_update(ctx: &Ctx<'_>, new: &Value) -> bool {
         .get("deletionGracePeriodSeconds")
         .and_then(Value::as_i64)
         .unwrap_or(0);
-    let ns_pending = ctx.resource.group.is_empty()
-        && ctx.resource.plural == "namespaces"
-        && new
-            .pointer("/spec/finalizers")
-            .and_then(Value::as_array)
-            .is_some_and(|f| !f.is_empty());
-    grace == 0 && !ns_pending
+    grace == 0 && !ctx.strategy().deletion_blocked(new)
 }
 
 pub async fn delete_now(ctx: &Ctx<'_>, obj: &Value, rv: i64) -> Result<Response<Body>, ApiError> {
@@ -401,122 +324,6 @@ pub async fn delete_collection(ctx: &Ctx<'_>, body: Bytes) -> Result<Response<Bo
     ))
 }
 
-/// `POST pods/<name>/binding`: sets `spec.nodeName` once (upstream `BindingREST`).
-pub async fn bind_pod(ctx: &Ctx<'_>, body: Bytes) -> Result<Response<Body>, ApiError> {
-    let binding = decode::parse_body(ctx.headers, &body)?;
-    let node = binding
-        .pointer("/target/name")
-        .and_then(Value::as_str)
-        .unwrap_or("")
-        .to_string();
-    if node.is_empty() {
-        let err = apimachinery::validation::field::FieldError::required(
-            &apimachinery::validation::field::FieldPath::root("target").child("name"),
-            "",
-        );
-        return Err(ApiError::invalid(
-            &apimachinery::status::Qualified::new("", "Binding"),
-            ctx.name(),
-            &[err],
-        ));
-    }
-    // As other updates, the first attempt starts from the watch cache's copy (see `rest::update`):
-    // the write is conditional on its revision, and a refusal is confirmed against storage.
-    let mut from_cache = true;
-    for _ in 0..MAX_RETRIES {
-        let (mut pod, rv, is_current) = ctx
-            .current_for_update(ctx.namespace(), ctx.name(), from_cache)
-            .await?;
-        from_cache = false;
-        if let Err(e) = check_bindable(ctx, &binding, &pod) {
-            if is_current || ctx.still_at(ctx.namespace(), ctx.name(), rv).await? {
-                return Err(e);
-            }
-            continue;
-        }
-        pod["spec"]["nodeName"] = node.clone().into();
-        add_condition(
-            &mut pod,
-            json!({"type": "PodScheduled", "status": "True", "lastProbeTime": null, "lastTransitionTime": objects::now_rfc3339()}),
-        );
-        if let Some(annotations) = binding
-            .pointer("/metadata/annotations")
-            .and_then(Value::as_object)
-        {
-            for (k, v) in annotations {
-                pod["metadata"]["annotations"][k] = v.clone();
-            }
-        }
-        let key = ctx.key(ctx.namespace(), ctx.name());
-        match ctx
-            .api
-            .store
-            .update(&key, objects::encode_for_storage(&pod), Some(rv))
-            .await
-        {
-            Ok(_) => {
-                return Ok(response::json_response(
-                    StatusCode::CREATED,
-                    &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
-                ))
-            }
-            Err(storage::Error::Conflict { .. }) => continue,
-            Err(e) => return Err(storage_error(e)),
-        }
-    }
-    Err(ApiError::conflict(
-        &ctx.qualified(),
-        ctx.name(),
-        "too many concurrent updates; try again",
-    ))
-}
-
-/// Why a pod cannot take a binding: another pod (UID), being deleted, or already bound.
-fn check_bindable(ctx: &Ctx<'_>, binding: &Value, pod: &Value) -> Result<(), ApiError> {
-    if let Some(uid) = binding.pointer("/metadata/uid").and_then(Value::as_str) {
-        if objects::meta_str(pod, "uid") != Some(uid) {
-            return Err(ApiError::conflict(
-                &ctx.qualified(),
-                ctx.name(),
-                "the UID in the binding does not match the pod",
-            ));
-        }
-    }
-    if objects::meta_str(pod, "deletionTimestamp").is_some() {
-        return Err(ApiError::conflict(
-            &ctx.qualified(),
-            ctx.name(),
-            "pod is being deleted, cannot be assigned to a host",
-        ));
-    }
-    if let Some(current) = pod
-        .pointer("/spec/nodeName")
-        .and_then(Value::as_str)
-        .filter(|n| !n.is_empty())
-    {
-        return Err(ApiError::conflict(
-            &ctx.qualified(),
-            ctx.name(),
-            &format!("pod {} is already assigned to node {current:?}", ctx.name()),
-        ));
-    }
-    Ok(())
-}
-
-pub(super) fn add_condition(pod: &mut Value, condition: Value) {
-    let kind = condition["type"].clone();
-    let conditions = pod["status"]["conditions"]
-        .as_array()
-        .cloned()
-        .unwrap_or_default();
-    let mut conditions: Vec<Value> = conditions
-        .into_iter()
-        .filter(|c| c["type"] != kind)
-        .collect();
-    conditions.push(condition);
-    pod["status"]["conditions"] = Value::Array(conditions);
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -538,16 +345,6 @@ mod tests {
     #[test]
     fn gc_finalizers_follow_upstream_precedence() {
         use GcPolicy::*;
-        assert_eq!(
-            default_gc_policy("apps", "deployments", "v1"),
-            DeleteDependents
-        );
-        assert_eq!(default_gc_policy("batch", "jobs", "v1"), OrphanDependents);
-        assert_eq!(
-            default_gc_policy("", "replicationcontrollers", "v1"),
-            OrphanDependents
-        );
-        assert_eq!(default_gc_policy("", "events", "v1"), Unsupported);
         // Defaults when the request says nothing.
         assert!(gc_finalizers(DeleteDependents, fin(&[]), &opts(None, None)).is_empty());
         assert_eq!(

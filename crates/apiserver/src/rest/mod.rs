@@ -1,16 +1,15 @@
 //! REST handlers for resources (upstream `endpoints/handlers` over `registry/generic/registry.Store`):
-//! one generic implementation of every verb, driven by the resource registry and per-resource strategy
-//! hooks ([`strategy`]), never by hand-written handlers per kind.
+//! one generic implementation of every verb, driven by the resource registry and per-kind strategies
+//! ([`crate::registry`]), never by hand-written handlers per kind.
 
+pub(crate) mod common;
 pub mod componentstatus;
 pub(crate) mod decode;
 mod delete;
-mod eviction;
 mod list;
 mod priority;
 mod read;
 mod reviews;
-pub mod strategy;
 pub(crate) mod strict;
 mod table;
 pub mod typed;
@@ -19,6 +18,8 @@ mod update;
 mod update_tests;
 mod watch;
 mod write;
+
+pub(crate) use delete::delete_one;
 
 use std::sync::Arc;
 
@@ -110,6 +111,11 @@ impl Ctx<'_> {
             self.query.get("includeObject"),
         )?;
         Ok(n)
+    }
+
+    /// The kind's strategy (the generic one, or that of custom resources, for most).
+    pub fn strategy(&self) -> &'static dyn crate::registry::Strategy {
+        crate::registry::strategy_of(&self.resource)
     }
 
     pub fn dry_run(&self) -> bool {
@@ -339,7 +345,7 @@ pub async fn handle(
         .get(&req.group, &req.resource)
         .and_then(|info| info.version(&req.version).and_then(|v| v.warning.clone()))
     {
-        write::add_warnings(&mut resp, &[warning]);
+        common::add_warnings(&mut resp, &[warning]);
     }
     // Watches write their own frames; everything else is produced as JSON and re-encoded here.
     if format == response::Format::Json || req.verb == Verb::Watch {
@@ -474,7 +480,7 @@ async fn dispatch(
     }
     // Admission's warnings go with refusals too.
     let mut resp = result.unwrap_or_else(|e| response::error_response(&e));
-    write::add_warnings(&mut resp, &warnings);
+    common::add_warnings(&mut resp, &warnings);
     Ok(resp)
 }
 

@@ -2,7 +2,6 @@
 
 use apimachinery::status::ApiError;
 use http::{Response, StatusCode};
-use serde_json::{json, Value};
 
 use super::Ctx;
 use crate::objects;
@@ -31,7 +30,7 @@ pub async fn get_subresource(ctx: &Ctx<'_>, sub: &str) -> Result<Response<Body>,
             if let Some(conversion) = ctx.read_conversion() {
                 conversion.apply(&mut obj);
             }
-            let scale = super::write::scale_view(ctx.crd.as_deref(), &ctx.resource.version, &obj)?;
+            let scale = super::common::scale_view(ctx.crd.as_deref(), &ctx.resource.version, &obj)?;
             Ok(response::json_response(StatusCode::OK, &scale))
         }
         "status" | "approval" | "ephemeralcontainers" | "resize" => {
@@ -43,44 +42,4 @@ pub async fn get_subresource(ctx: &Ctx<'_>, sub: &str) -> Result<Response<Body>,
             &format!("get {other}"),
         )),
     }
-}
-
-/// The `autoscaling/v1` `Scale` view of a scalable object.
-pub fn scale_of(obj: &Value) -> Result<Value, ApiError> {
-    let meta = objects::meta(obj).cloned().unwrap_or_default();
-    let mut scale_meta = serde_json::Map::new();
-    for field in [
-        "name",
-        "namespace",
-        "uid",
-        "resourceVersion",
-        "creationTimestamp",
-    ] {
-        if let Some(v) = meta.get(field) {
-            scale_meta.insert(field.into(), v.clone());
-        }
-    }
-    let selector = match obj.pointer("/spec/selector") {
-        // ReplicationController: a plain map.
-        Some(Value::Object(m))
-            if !m.contains_key("matchLabels") && !m.contains_key("matchExpressions") =>
-        {
-            let set = m.clone();
-            apimachinery::labels::selector_from_set(&set).to_string()
-        }
-        Some(sel) => apimachinery::labels::selector_from_label_selector(sel)
-            .map(|s| s.to_string())
-            .unwrap_or_default(),
-        None => String::new(),
-    };
-    Ok(json!({
-        "kind": "Scale",
-        "apiVersion": "autoscaling/v1",
-        "metadata": scale_meta,
-        "spec": {"replicas": obj.pointer("/spec/replicas").and_then(Value::as_i64).unwrap_or(0)},
-        "status": {
-            "replicas": obj.pointer("/status/replicas").and_then(Value::as_i64).unwrap_or(0),
-            "selector": selector,
-        },
-    }))
 }

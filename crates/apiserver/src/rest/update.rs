@@ -13,8 +13,9 @@ use apimachinery::status::ApiError;
 use http::Response;
 use serde_json::Value;
 
-use super::write::{admission_attributes, field_manager, operation, respond};
-use super::{storage_error, strategy, Ctx};
+use super::common::{admission_attributes, field_manager, operation, respond};
+use super::{storage_error, Ctx};
+use crate::registry::core::{namespace, pod};
 use crate::response::Body;
 use crate::{admission, objects};
 
@@ -94,6 +95,7 @@ async fn attempt(
     make: &impl Fn(&Value) -> Result<Value, ApiError>,
     (old, old_rv, is_current): (Value, i64, bool),
 ) -> Result<Attempt, ApiError> {
+    let strategy = ctx.strategy();
     let mut new = make(&old)?;
     // A resourceVersion in the new object (a PUT body, or one a patch set) is a precondition.
     let body_rv = objects::meta_str(&new, "resourceVersion")
@@ -115,11 +117,11 @@ async fn attempt(
             if let Some(info) = &ctx.crd {
                 crate::crd::handler::default(info, &ctx.resource.version, &mut new);
             }
-            strategy::prepare_for_update(&ctx.resource, &mut new, &old);
+            strategy.prepare_for_update(&ctx.resource, &mut new, &old);
             new
         }
         Some("status") => {
-            strategy::prepare_for_status_update(&ctx.resource, ctx.crd.is_some(), &mut new, &old);
+            strategy.prepare_for_status_update(&ctx.resource, &mut new, &old);
             new
         }
         Some("scale") => {
@@ -137,25 +139,13 @@ async fn attempt(
                 )?,
                 None => scaled["spec"]["replicas"] = replicas.into(),
             }
-            strategy::prepare_for_update(&ctx.resource, &mut scaled, &old);
+            strategy.prepare_for_update(&ctx.resource, &mut scaled, &old);
             scaled
         }
-        Some("finalize") => {
-            let mut finalized = old.clone();
-            finalized["spec"]["finalizers"] = new
-                .pointer("/spec/finalizers")
-                .cloned()
-                .unwrap_or(Value::Array(vec![]));
-            finalized
-        }
-        Some("approval") => {
-            strategy::prepare_for_approval_update(&mut new, &old);
-            new
-        }
+        Some("finalize") => namespace::prepare_for_finalize(&new, &old),
+        Some("approval") if strategy.prepare_for_approval_update(&mut new, &old) => new,
         Some("ephemeralcontainers") | Some("resize") => {
-            let mut merged = old.clone();
-            merged["spec"] = new.get("spec").cloned().unwrap_or(Value::Null);
-            merged
+            pod::prepare_for_spec_subresource(&new, &old)
         }
         Some(other) => {
             return Err(ApiError::method_not_supported(
@@ -184,6 +174,13 @@ async fn attempt(
         &new,
         &old,
     );
+    if sub.is_none() {
+        errors.extend(crate::crd::validation_rules::crd_write_errors(
+            &ctx.resource.group,
+            &ctx.resource.kind,
+            &new,
+        ));
+    }
     if let Some(info) = &ctx.crd {
         errors.extend(crate::crd::handler::validate(
             info,
@@ -204,6 +201,7 @@ async fn attempt(
         .admission
         .validate(ctx.api, &attrs, &new, Some(&old))
         .await?;
+    strategy.canonicalize(&mut new);
     objects::set_meta(&mut new, "resourceVersion", old_rv.to_string());
     if new == old || ctx.dry_run() {
         let json = serde_json::to_vec(&new).map_err(ApiError::internal)?;

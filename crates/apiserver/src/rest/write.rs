@@ -9,7 +9,8 @@ use bytes::Bytes;
 use http::{Response, StatusCode};
 use serde_json::Value;
 
-use super::{decode, storage_error, strategy, typed, Ctx};
+use super::common::{add_warnings, admission_attributes, field_manager, operation, scale_view};
+use super::{decode, storage_error, typed, Ctx};
 use crate::response::Body;
 use crate::{admission, objects};
 
@@ -75,16 +76,6 @@ fn check_body_fields(
     }
 }
 
-/// `Warning: 299 - "<text>"` headers, as upstream sends for unknown fields with `fieldValidation=Warn`.
-pub fn add_warnings(resp: &mut Response<Body>, warnings: &[String]) {
-    for w in warnings {
-        let text = format!("299 - {}", serde_json::Value::String(w.clone()));
-        if let Ok(v) = http::HeaderValue::from_str(&text) {
-            resp.headers_mut().append("Warning", v);
-        }
-    }
-}
-
 /// Namespace and name of a new object: the URL's namespace, the name or one made from generateName.
 fn prepare_identity(ctx: &Ctx<'_>, obj: &mut Value) -> Result<(), ApiError> {
     if ctx.resource.namespaced {
@@ -121,7 +112,8 @@ async fn create_tracked(ctx: &Ctx<'_>, mut obj: Value, track: bool) -> Result<By
     let now = objects::now_rfc3339();
     objects::set_meta(&mut obj, "uid", uid.clone());
     objects::set_meta(&mut obj, "creationTimestamp", now.clone());
-    strategy::prepare_for_create(&ctx.resource, &mut obj);
+    let strategy = ctx.strategy();
+    strategy.prepare_for_create(&ctx.resource, &mut obj);
     if (group.as_str(), kind.as_str()) == ("", "Pod") {
         // Before defaulting, which fills in the policy the admission must compare against.
         super::priority::admit_pod(ctx, &mut obj).await?;
@@ -130,9 +122,7 @@ async fn create_tracked(ctx: &Ctx<'_>, mut obj: Value, track: bool) -> Result<By
     if let Some(info) = &ctx.crd {
         crate::crd::handler::default(info, &ctx.resource.version, &mut obj);
     }
-    if (group.as_str(), kind.as_str()) == ("batch", "Job") {
-        apimachinery::defaults::default_job_selector(&mut obj, &uid);
-    }
+    strategy.after_create_defaulting(&mut obj, &uid);
     let name = objects::name(&obj).to_string();
     let attrs = admission_attributes(ctx, None, admission::Operation::Create, &name);
     ctx.api
@@ -151,6 +141,9 @@ async fn create_tracked(ctx: &Ctx<'_>, mut obj: Value, track: bool) -> Result<By
         )]
     } else {
         let mut errs = apimachinery::validation::validate_create(&group, &kind, &obj);
+        errs.extend(crate::crd::validation_rules::crd_write_errors(
+            &group, &kind, &obj,
+        ));
         if let Some(info) = &ctx.crd {
             errs.extend(crate::crd::handler::validate(
                 info,
@@ -172,12 +165,13 @@ async fn create_tracked(ctx: &Ctx<'_>, mut obj: Value, track: bool) -> Result<By
         .admission
         .validate(ctx.api, &attrs, &obj, None)
         .await?;
-    if (group.as_str(), kind.as_str()) == ("", "Service") {
+    if strategy.allocates_addresses() {
         ctx.api
             .services
             .allocate(ctx.api, &mut obj, ctx.dry_run())
             .await?;
     }
+    strategy.canonicalize(&mut obj);
     ctx.to_stored(&mut obj);
     if ctx.dry_run() {
         return serde_json::to_vec(&obj)
@@ -193,7 +187,7 @@ async fn create_tracked(ctx: &Ctx<'_>, mut obj: Value, track: bool) -> Result<By
     {
         Ok(kv) => Ok(objects::with_resource_version(&kv.value, kv.mod_revision)),
         Err(e) => {
-            if (group.as_str(), kind.as_str()) == ("", "Service") {
+            if strategy.allocates_addresses() {
                 ctx.api.services.release(ctx.api, &obj).await;
             }
             match e {
@@ -203,64 +197,6 @@ async fn create_tracked(ctx: &Ctx<'_>, mut obj: Value, track: bool) -> Result<By
                 e => Err(storage_error(e)),
             }
         }
-    }
-}
-
-/// The admission attributes of a write to the object the request names.
-pub(super) fn admission_attributes<'a>(
-    ctx: &'a Ctx<'_>,
-    sub: Option<&'a str>,
-    operation: admission::Operation,
-    name: &'a str,
-) -> admission::Attributes<'a> {
-    admission::Attributes {
-        group: &ctx.resource.group,
-        version: &ctx.resource.version,
-        kind: match sub {
-            Some("scale") => "Scale",
-            Some("binding") => "Binding",
-            Some("eviction") => "Eviction",
-            Some("token") => "TokenRequest",
-            _ => &ctx.resource.kind,
-        },
-        resource: &ctx.resource.plural,
-        subresource: sub,
-        namespace: if ctx.resource.namespaced {
-            ctx.namespace()
-        } else {
-            ""
-        },
-        name,
-        operation,
-        dry_run: ctx.dry_run(),
-        user: ctx.user,
-        outcome: &ctx.outcome,
-    }
-}
-
-/// The field manager of the request (`fieldManager`, else the user agent's product name).
-pub(super) fn field_manager(ctx: &Ctx<'_>) -> Result<String, ApiError> {
-    let user_agent = ctx
-        .headers
-        .get(http::header::USER_AGENT)
-        .and_then(|v| v.to_str().ok());
-    fieldmanager::manager_name(ctx.query.get("fieldManager"), user_agent)
-}
-
-pub(super) fn operation<'a>(
-    ctx: &'a Ctx<'_>,
-    sub: Option<&'a str>,
-    manager: &'a str,
-    now: &'a str,
-) -> fieldmanager::Operation<'a> {
-    fieldmanager::Operation {
-        group: &ctx.resource.group,
-        kind: &ctx.resource.kind,
-        api_version: ctx.resource.api_version(),
-        manager,
-        subresource: sub,
-        has_status: ctx.resource.has_subresource("status"),
-        now,
     }
 }
 
@@ -308,9 +244,10 @@ pub async fn create_subresource(
     sub: &str,
     body: Bytes,
 ) -> Result<Response<Body>, ApiError> {
+    admit_subresource_create(ctx, sub, &body).await?;
     match (ctx.resource.plural.as_str(), sub) {
-        ("pods", "binding") => super::delete::bind_pod(ctx, body).await,
-        ("pods", "eviction") => super::eviction::evict_pod(ctx, body).await,
+        ("pods", "binding") => crate::registry::core::pod::binding::bind(ctx, body).await,
+        ("pods", "eviction") => crate::registry::core::pod::eviction::evict(ctx, body).await,
         ("serviceaccounts", "token") => {
             crate::serviceaccount::token_request::create(ctx, body).await
         }
@@ -319,6 +256,22 @@ pub async fn create_subresource(
             &format!("create {sub}"),
         )),
     }
+}
+
+/// Runs admission on a subresource create (Binding, Eviction, TokenRequest) as upstream's create
+/// handler does, so plugins such as NodeRestriction see them. The handlers decode the body again:
+/// no plugin mutates these objects, so the mutating phase's changes are not carried over.
+async fn admit_subresource_create(ctx: &Ctx<'_>, sub: &str, body: &Bytes) -> Result<(), ApiError> {
+    let mut obj = decode::parse_body(ctx.headers, body)?;
+    let attrs = admission_attributes(ctx, Some(sub), admission::Operation::Create, ctx.name());
+    ctx.api
+        .admission
+        .admit(ctx.api, &attrs, &mut obj, None)
+        .await?;
+    ctx.api
+        .admission
+        .validate(ctx.api, &attrs, &obj, None)
+        .await
 }
 
 /// PUT: the whole object, its status, or its scale.
@@ -556,34 +509,4 @@ async fn server_side_apply(
         }
         other => other,
     }
-}
-
-/// The `Scale` view of an object: a CRD's scale paths for custom resources.
-pub fn scale_view(
-    crd: Option<&crate::crd::info::CrdInfo>,
-    version: &str,
-    obj: &Value,
-) -> Result<Value, ApiError> {
-    match crd {
-        Some(info) => crate::crd::handler::scale_of(info, version, obj),
-        None => super::read::scale_of(obj),
-    }
-}
-
-pub(super) fn respond(
-    ctx: &Ctx<'_>,
-    sub: Option<&str>,
-    json: Bytes,
-) -> Result<Response<Body>, ApiError> {
-    if sub == Some("scale") {
-        let mut obj: Value = serde_json::from_slice(&json).map_err(ApiError::internal)?;
-        if let Some(conversion) = ctx.read_conversion() {
-            conversion.apply(&mut obj);
-        }
-        return Ok(crate::response::json_response(
-            StatusCode::OK,
-            &scale_view(ctx.crd.as_deref(), &ctx.resource.version, &obj)?,
-        ));
-    }
-    ctx.object_response(StatusCode::OK, json)
 }

@@ -13,7 +13,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use client::informer::{SharedInformerFactory, Store};
+use client::informer::{EventHandlerFuncs, SharedInformerFactory, Store};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::{Patch, PatchParams};
@@ -117,7 +117,22 @@ struct Controller {
 }
 
 pub async fn run(client: kube::Client, factory: &SharedInformerFactory, options: Options) {
-    let nodes = factory.informer::<Node>().store();
+    let node_informer = factory.informer::<Node>();
+    let nodes = node_informer.store();
+    // Upstream's nodeUpdateQueue: a node's condition taints follow its conditions as soon as they
+    // change, not at the next monitor pass (a new node's admission-set not-ready taint goes as
+    // soon as it reports Ready).
+    let (changed_tx, mut changed) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let on_update = changed_tx.clone();
+    node_informer.add_event_handler(
+        EventHandlerFuncs::new()
+            .on_add(move |n: &Arc<Node>, _| {
+                let _ = changed_tx.send(n.metadata.name.clone().unwrap_or_default());
+            })
+            .on_update(move |_, n: &Arc<Node>| {
+                let _ = on_update.send(n.metadata.name.clone().unwrap_or_default());
+            }),
+    );
     let leases = factory
         .namespaced_informer::<Lease>("kube-node-lease")
         .store();
@@ -143,6 +158,7 @@ pub async fn run(client: kube::Client, factory: &SharedInformerFactory, options:
         tokio::select! {
             _ = monitor.tick() => c.monitor().await,
             _ = tainting.tick() => c.tainting_pass().await,
+            Some(name) = changed.recv() => c.no_schedule_pass(&name).await,
         }
     }
 }
@@ -170,6 +186,15 @@ impl Controller {
             .await
         {
             tracing::warn!(node = name, error = %e, "updating taints");
+        }
+    }
+
+    /// Upstream `doNoScheduleTaintingPass` for one node that changed.
+    async fn no_schedule_pass(&self, name: &str) {
+        if let Some(node) = self.nodes.get(name) {
+            if let Some(taints) = health::reconcile_no_schedule(&node) {
+                self.write_taints(&node, &taints).await;
+            }
         }
     }
 

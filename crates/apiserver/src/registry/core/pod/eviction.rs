@@ -10,10 +10,11 @@ use bytes::Bytes;
 use http::{Response, StatusCode};
 use serde_json::{json, Value};
 
-use super::delete::{add_condition, delete_one, DeleteOptions, MAX_RETRIES};
-use super::{decode, storage_error, Ctx};
+use super::add_condition;
 use crate::objects;
 use crate::response::{self, Body};
+use crate::rest::common::{DeleteOptions, MAX_RETRIES};
+use crate::rest::{decode, delete_one, storage_error, Ctx};
 
 /// Upstream `MaxDisruptedPodSize`.
 const MAX_DISRUPTED_PODS: usize = 2000;
@@ -150,7 +151,7 @@ fn check_and_decrement(pdb: &Value, pod_name: &str) -> Result<Value, ApiError> {
     Ok(next)
 }
 
-pub async fn evict_pod(ctx: &Ctx<'_>, body: Bytes) -> Result<Response<Body>, ApiError> {
+pub async fn evict(ctx: &Ctx<'_>, body: Bytes) -> Result<Response<Body>, ApiError> {
     let eviction = decode::parse_body(ctx.headers, &body)?;
     if let Some(n) = eviction.pointer("/metadata/name").and_then(Value::as_str) {
         if !n.is_empty() && n != ctx.name() {
@@ -305,4 +306,64 @@ async fn mark_disruption_target(
         name,
         "too many concurrent updates; try again",
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pdb(allowed: i64, generation: i64, observed: i64) -> Value {
+        json!({"metadata": {"name": "budget", "generation": generation},
+            "status": {"disruptionsAllowed": allowed, "observedGeneration": observed,
+                "desiredHealthy": 2, "currentHealthy": 2}})
+    }
+
+    #[test]
+    fn an_allowed_eviction_takes_one_from_the_budget_and_records_the_pod() {
+        let next = check_and_decrement(&pdb(2, 1, 1), "p1").unwrap();
+        assert_eq!(next["status"]["disruptionsAllowed"], 1);
+        assert!(next["status"]["disruptedPods"]["p1"].is_string());
+        assert!(next["status"].get("conditions").is_none());
+        // The last allowed disruption also says none is left.
+        let last = check_and_decrement(&pdb(1, 1, 1), "p1").unwrap();
+        assert_eq!(last["status"]["conditions"][0]["type"], "DisruptionAllowed");
+        assert_eq!(last["status"]["conditions"][0]["status"], "False");
+        assert_eq!(
+            last["status"]["conditions"][0]["reason"],
+            "InsufficientPods"
+        );
+    }
+
+    #[test]
+    fn a_refused_eviction_says_why_as_upstream() {
+        let e = check_and_decrement(&pdb(0, 1, 1), "p1").unwrap_err();
+        assert_eq!((e.code, e.reason), (429, "TooManyRequests"));
+        let cause = &e.details.as_ref().unwrap().causes[0];
+        assert_eq!(cause.reason, "DisruptionBudget");
+        assert_eq!(
+            cause.message,
+            "The disruption budget budget needs 2 healthy pods and has 2 currently"
+        );
+        let e = check_and_decrement(&pdb(1, 2, 1), "p1").unwrap_err();
+        assert!(e.details.unwrap().causes[0]
+            .message
+            .contains("still being processed"));
+        let e = check_and_decrement(&pdb(-1, 1, 1), "p1").unwrap_err();
+        assert_eq!(e.code, 403);
+    }
+
+    #[test]
+    fn pods_that_disrupt_nothing_ignore_the_budget() {
+        assert!(can_ignore_budget(&json!({"status": {"phase": "Pending"}})));
+        assert!(can_ignore_budget(
+            &json!({"status": {"phase": "Succeeded"}})
+        ));
+        assert!(can_ignore_budget(
+            &json!({"metadata": {"deletionTimestamp": "x"}, "status": {"phase": "Running"}})
+        ));
+        assert!(!can_ignore_budget(&json!({"status": {"phase": "Running"}})));
+        assert!(is_ready(
+            &json!({"status": {"conditions": [{"type": "Ready", "status": "True"}]}})
+        ));
+    }
 }

@@ -1,0 +1,3 @@
+//! The `batch` group's kinds with behaviour of their own.
+
+pub mod job;

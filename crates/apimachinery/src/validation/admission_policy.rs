@@ -20,7 +20,8 @@ const OPERATIONS: [&str; 5] = ["*", "CONNECT", "CREATE", "DELETE", "UPDATE"];
 /// `supportedMutatingOperations`: a mutation cannot apply to a delete.
 const MUTATING_OPERATIONS: [&str; 4] = ["*", "CONNECT", "CREATE", "UPDATE"];
 const SCOPES: [&str; 3] = ["*", "Cluster", "Namespaced"];
-const CEL_RESERVED: [&str; 21] = [
+/// CEL's reserved words (also escaped as `__word__` in CRD property names).
+pub const CEL_RESERVED: [&str; 21] = [
     "true",
     "false",
     "null",

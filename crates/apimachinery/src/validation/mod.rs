@@ -26,7 +26,7 @@ use serde_json::Value;
 pub mod field;
 pub mod names;
 
-mod admission_policy;
+pub mod admission_policy;
 mod apiregistration;
 mod apps;
 pub(crate) mod b64;

@@ -21,31 +21,6 @@ use serde_json::Value;
 /// The variables of a rule (with their shapes added per schema node).
 static RULE_ENV: LazyLock<Env> = LazyLock::new(|| Env::new().with_variables(["self", "oldSelf"]));
 
-/// CEL's reserved words, which upstream escapes as `__word__` in property names.
-const RESERVED: &[&str] = &[
-    "true",
-    "false",
-    "null",
-    "in",
-    "as",
-    "break",
-    "const",
-    "continue",
-    "else",
-    "for",
-    "function",
-    "if",
-    "import",
-    "let",
-    "loop",
-    "package",
-    "namespace",
-    "return",
-    "var",
-    "void",
-    "while",
-];
-
 /// A property name as CEL expressions select it (upstream `model.Escape`): reserved words as
 /// `__word__`; `__`, `.`, `-`, `/` as `__underscores__`, `__dot__`, `__dash__`, `__slash__`.
 /// `None` when the name cannot be selected (a leading digit, other characters).
@@ -53,7 +28,7 @@ pub fn escape(name: &str) -> Option<String> {
     if name.is_empty() || name.starts_with(|c: char| c.is_ascii_digit()) {
         return None;
     }
-    if RESERVED.contains(&name) {
+    if apimachinery::validation::admission_policy::CEL_RESERVED.contains(&name) {
         return Some(format!("__{name}__"));
     }
     let mut out = String::with_capacity(name.len());

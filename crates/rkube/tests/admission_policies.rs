@@ -144,10 +144,9 @@ fn validating_admission_policy_with_params_actions_and_failure_policy() {
     // Within the limit: accepted.
     c.kubectl_in(&["create", "-f", "-"], Some(&deployment("small", 2)));
 
-    // The same binding with Warn: the write goes through, kubectl prints the warning.
-    // (`replace`: rkube has no strategic merge patch for admissionregistration kinds yet, which
-    // a client-side `apply` of a changed object sends.)
-    c.kubectl_in(&["replace", "-f", "-"], Some(&binding("Warn")));
+    // The same binding with Warn (a client-side apply of the changed object: a strategic merge
+    // patch): the write goes through, kubectl prints the warning.
+    c.kubectl_in(&["apply", "-f", "-"], Some(&binding("Warn")));
     let (_, warning) = probe(&c, &deployment("big", 5), "the Warn action", |ok, _, _| ok);
     assert!(
         warning.contains(
@@ -159,7 +158,7 @@ fn validating_admission_policy_with_params_actions_and_failure_policy() {
 
     // A missing param with parameterNotFoundAction Deny fails the binding.
     c.kubectl(&["delete", "configmap", "replica-limits"]);
-    c.kubectl_in(&["replace", "-f", "-"], Some(&binding("Deny")));
+    c.kubectl_in(&["apply", "-f", "-"], Some(&binding("Deny")));
     let (_, err) = probe(
         &c,
         &deployment("any", 1),
@@ -235,7 +234,7 @@ spec: {{policyName: broken, validationActions: [Deny]}}
         err.contains("ValidatingAdmissionPolicy 'broken' with binding 'broken' denied request: expression 'object.spec.nope > 0' resulted in error: "),
         "{err}"
     );
-    c.kubectl_in(&["replace", "-f", "-"], Some(&broken("Ignore")));
+    c.kubectl_in(&["apply", "-f", "-"], Some(&broken("Ignore")));
     probe(&c, &config_map("cm"), "failurePolicy Ignore", |ok, _, _| ok);
     c.kubectl_in(&["create", "-f", "-"], Some(&config_map("cm")));
 }
@@ -304,4 +303,112 @@ fn mutating_admission_policy_labels_config_maps() {
 /// A YAML manifest as JSON.
 fn yaml_to_json(yaml: &str) -> Value {
     serde_yaml_ng::from_str(yaml).expect("valid YAML")
+}
+
+/// Webhook configurations, policies and bindings are validated on write with upstream's texts;
+/// an update is held only to the rules its old object met.
+#[test]
+fn admission_configurations_are_validated_on_write() {
+    let c = Cluster::start(Backend::Sqlite);
+    let hook = |name: &str, extra: &str| {
+        format!(
+            "apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingWebhookConfiguration
+metadata: {{name: hooks}}
+webhooks:
+- name: {name}
+  clientConfig: {{url: \"http://hook.example.com/check?x=1\"}}
+  admissionReviewVersions: [v3]
+  timeoutSeconds: 45
+{extra}"
+        )
+    };
+    let err = c.kubectl_fails(&["create", "-f", "-"], Some(&hook("check", "")));
+    for want in [
+        "The ValidatingWebhookConfiguration \"hooks\" is invalid",
+        "webhooks[0].name: Invalid value: \"check\": should be a domain with at least three segments separated by dots",
+        "webhooks[0].sideEffects: Required value: must specify one of None, NoneOnDryRun",
+        "webhooks[0].timeoutSeconds: Invalid value: 45: the timeout value must be between 1 and 30 seconds",
+        "webhooks[0].clientConfig.url: Invalid value: \"http\": 'https' is the only allowed URL scheme; desired format: https://host[/path]",
+        "webhooks[0].clientConfig.url: Invalid value: \"x=1\": query parameters are not permitted in the URL",
+        "webhooks[0].admissionReviewVersions: Invalid value: []string{\"v3\"}: must include at least one of v1, v1beta1",
+    ] {
+        assert!(err.contains(want), "missing {want:?} in:\n{err}");
+    }
+
+    let valid = "apiVersion: admissionregistration.k8s.io/v1
+kind: MutatingWebhookConfiguration
+metadata: {name: hooks}
+webhooks:
+- name: label.example.com
+  clientConfig: {service: {namespace: default, name: labeler, path: /label}}
+  admissionReviewVersions: [v1]
+  sideEffects: None
+";
+    c.kubectl_in(&["create", "-f", "-"], Some(valid));
+    // Defaults were applied (the service port) and an update that breaks a rule is refused.
+    let got = c.kubectl(&[
+        "get",
+        "mutatingwebhookconfiguration",
+        "hooks",
+        "-o",
+        "jsonpath={.webhooks[0].clientConfig.service.port} {.webhooks[0].reinvocationPolicy}",
+    ]);
+    assert_eq!(got.trim(), "443 Never");
+    let err = c.kubectl_fails(
+        &["apply", "-f", "-"],
+        Some(&valid.replace("sideEffects: None", "sideEffects: Some")),
+    );
+    assert!(
+        err.contains("webhooks[0].sideEffects: Unsupported value: \"Some\": supported values: \"None\", \"NoneOnDryRun\""),
+        "{err}"
+    );
+
+    let err = c.kubectl_fails(
+        &["create", "-f", "-"],
+        Some(
+            "apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: empty}
+spec:
+  matchConstraints:
+    resourceRules: [{apiGroups: [\"\"], apiVersions: [v1], operations: [CREATE], resources: [configmaps]}]
+  validations: [{expression: \"true\", message: \"two\\nlines\", reason: Teapot}]
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {name: empty}
+spec: {policyName: empty, validationActions: [Deny, Warn]}
+",
+        ),
+    );
+    for want in [
+        "spec.validations[0].message: Invalid value: \"two\\nlines\": message must not contain line breaks",
+        "spec.validations[0].reason: Unsupported value: \"Teapot\": supported values: \"Forbidden\", \"Invalid\", \"RequestEntityTooLarge\"",
+        "spec.validationActions: Invalid value: []string{\"Deny\", \"Warn\"}: must not contain both Deny and Warn",
+    ] {
+        assert!(err.contains(want), "missing {want:?} in:\n{err}");
+    }
+    // The policy's defaults are stored.
+    c.kubectl_in(
+        &["create", "-f", "-"],
+        Some(
+            "apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: fine}
+spec:
+  matchConstraints:
+    resourceRules: [{apiGroups: [\"\"], apiVersions: [v1], operations: [CREATE], resources: [configmaps]}]
+  validations: [{expression: \"true\"}]
+",
+        ),
+    );
+    let got = c.kubectl(&[
+        "get",
+        "validatingadmissionpolicy",
+        "fine",
+        "-o",
+        "jsonpath={.spec.failurePolicy} {.spec.matchConstraints.matchPolicy} {.spec.matchConstraints.resourceRules[0].scope}",
+    ]);
+    assert_eq!(got.trim(), "Fail Equivalent *");
 }

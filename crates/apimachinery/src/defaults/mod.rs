@@ -70,12 +70,14 @@ pub fn apply_defaults(group: &str, kind: &str, obj: &mut Value) {
             flowcontrol::priority_level(o)
         }
         ("apiregistration.k8s.io", "APIService") => other::api_service(o),
-        ("admissionregistration.k8s.io", "MutatingAdmissionPolicy") => {
-            other::mutating_admission_policy(o)
-        }
-        ("admissionregistration.k8s.io", "MutatingAdmissionPolicyBinding") => {
-            other::mutating_admission_policy_binding(o)
-        }
+        (
+            "admissionregistration.k8s.io",
+            "ValidatingAdmissionPolicy" | "MutatingAdmissionPolicy",
+        ) => other::admission_policy(o),
+        (
+            "admissionregistration.k8s.io",
+            "ValidatingAdmissionPolicyBinding" | "MutatingAdmissionPolicyBinding",
+        ) => other::admission_policy_binding(o),
         ("resource.k8s.io", "ResourceClaim") => resource::resource_claim(o),
         ("resource.k8s.io", "ResourceClaimTemplate") => resource::resource_claim_template(o),
         ("resource.k8s.io", "ResourceSlice") => resource::resource_slice(o),

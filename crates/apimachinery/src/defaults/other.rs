@@ -205,9 +205,10 @@ fn match_resources(mr: &mut Obj) {
     }
 }
 
-/// `admissionregistration/v1` MutatingAdmissionPolicy: `failurePolicy` Fail and the match
-/// constraints' defaults (upstream sets no `reinvocationPolicy` default; it is required).
-pub(crate) fn mutating_admission_policy(p: &mut Obj) {
+/// `admissionregistration/v1` ValidatingAdmissionPolicy and MutatingAdmissionPolicy:
+/// `failurePolicy` Fail and the match constraints' defaults (upstream sets no
+/// `reinvocationPolicy` default for the mutating kind; it is required).
+pub(crate) fn admission_policy(p: &mut Obj) {
     let spec = child_obj(p, "spec");
     set_default(spec, "failurePolicy", Value::from("Fail"));
     if let Some(mc) = spec
@@ -218,8 +219,9 @@ pub(crate) fn mutating_admission_policy(p: &mut Obj) {
     }
 }
 
-/// `admissionregistration/v1` MutatingAdmissionPolicyBinding: the match resources' defaults.
-pub(crate) fn mutating_admission_policy_binding(b: &mut Obj) {
+/// `admissionregistration/v1` ValidatingAdmissionPolicyBinding and MutatingAdmissionPolicyBinding:
+/// the match resources' defaults.
+pub(crate) fn admission_policy_binding(b: &mut Obj) {
     if let Some(mr) = b
         .get_mut("spec")
         .and_then(|s| s.get_mut("matchResources"))

@@ -19,7 +19,7 @@ use serde_json::Value;
 
 use crate::status::{ApiError, Cause, Details};
 
-pub use schema::{schema_for, supports_strategic_merge, PatchSchema};
+pub use schema::{builtin_schema_for, schema_for, PatchSchema};
 pub use strategic::apply_strategic_merge_patch;
 
 /// Why a patch could not be applied.

@@ -309,6 +309,34 @@ fn fields_of(ty: &str) -> &'static [Field] {
         | "DaemonSetStatus"
         | "JobStatus"
         | "PodDisruptionBudgetStatus" => CONDITIONS,
+        // admissionregistration/v1: webhooks merge by name, and so do their match conditions.
+        "MutatingWebhookConfiguration" => {
+            const {
+                &[
+                    t("metadata", "ObjectMeta"),
+                    m("webhooks", "Webhook", "merge", "name"),
+                ]
+            }
+        }
+        "ValidatingWebhookConfiguration" => {
+            const {
+                &[
+                    t("metadata", "ObjectMeta"),
+                    m("webhooks", "Webhook", "merge", "name"),
+                ]
+            }
+        }
+        "Webhook" | "AdmissionPolicySpec" => {
+            const { &[m("matchConditions", "MatchCondition", "merge", "name")] }
+        }
+        "AdmissionPolicy" => {
+            const {
+                &[
+                    t("metadata", "ObjectMeta"),
+                    t("spec", "AdmissionPolicySpec"),
+                ]
+            }
+        }
         _ => const { &[] },
     }
 }
@@ -361,12 +389,22 @@ const KINDS: &[(&str, &str, &str)] = &[
     (
         "admissionregistration.k8s.io",
         "MutatingWebhookConfiguration",
-        "Object",
+        "MutatingWebhookConfiguration",
     ),
     (
         "admissionregistration.k8s.io",
         "ValidatingWebhookConfiguration",
-        "Object",
+        "ValidatingWebhookConfiguration",
+    ),
+    (
+        "admissionregistration.k8s.io",
+        "ValidatingAdmissionPolicy",
+        "AdmissionPolicy",
+    ),
+    (
+        "admissionregistration.k8s.io",
+        "MutatingAdmissionPolicy",
+        "AdmissionPolicy",
     ),
     ("apiextensions.k8s.io", "CustomResourceDefinition", "Object"),
     ("apiregistration.k8s.io", "APIService", "Object"),
@@ -386,16 +424,19 @@ pub fn schema_for(group: &str, kind: &str) -> PatchSchema {
         .map_or(PatchSchema::none(), |(_, _, ty)| PatchSchema::of(ty))
 }
 
+/// The patch schema of a built-in kind: its table entry, else the generic `Object` (every built-in
+/// kind has `metadata` with its tagged fields; its other fields take the default behaviour).
+pub fn builtin_schema_for(group: &str, kind: &str) -> PatchSchema {
+    KINDS
+        .iter()
+        .find(|(g, k, _)| *g == group && *k == kind)
+        .map_or(object_schema(), |(_, _, ty)| PatchSchema::of(ty))
+}
+
 /// The schema of an object of a kind without a table entry (a custom resource): only `metadata` has
 /// metadata (owner references keyed by uid, finalizers a set).
 pub fn object_schema() -> PatchSchema {
     PatchSchema::of("Object")
-}
-
-/// Whether the kind accepts `application/strategic-merge-patch+json`. Upstream answers 415 Unsupported
-/// Media Type for custom resources, which have no Go struct tags; only built-in kinds of the table do.
-pub fn supports_strategic_merge(group: &str, kind: &str) -> bool {
-    KINDS.iter().any(|(g, k, _)| *g == group && *k == kind)
 }
 
 /// The metadata of field `name` of a value of `schema` (upstream `LookupPatchMetadata`).
@@ -625,13 +666,37 @@ mod tests {
     }
 
     #[test]
-    fn smp_support() {
-        assert!(supports_strategic_merge("", "Pod"));
-        assert!(supports_strategic_merge("apps", "Deployment"));
-        assert!(supports_strategic_merge("", "ConfigMap"));
-        assert!(!supports_strategic_merge("example.com", "Widget"));
-        assert!(!supports_strategic_merge("", "Deployment"));
+    fn smp_schemas() {
         assert_eq!(schema_for("example.com", "Widget"), PatchSchema::none());
+        // A built-in kind without tags of its own still merges its metadata's lists.
+        let binding = builtin_schema_for(
+            "admissionregistration.k8s.io",
+            "ValidatingAdmissionPolicyBinding",
+        );
+        assert_eq!(binding, object_schema());
+        let finalizers = path(binding, &["metadata", "finalizers"]);
+        assert_eq!(finalizers.strategy, Strategy::Merge);
+        // Webhooks merge by name, as do their match conditions.
+        let hooks = schema_for(
+            "admissionregistration.k8s.io",
+            "ValidatingWebhookConfiguration",
+        );
+        let webhooks = path(hooks, &["webhooks"]);
+        assert_eq!(
+            (webhooks.strategy, webhooks.merge_key),
+            (Strategy::Merge, "name")
+        );
+        let conditions = path(hooks, &["webhooks", "matchConditions"]);
+        assert_eq!(
+            (conditions.strategy, conditions.merge_key),
+            (Strategy::Merge, "name")
+        );
+        let vap = schema_for("admissionregistration.k8s.io", "ValidatingAdmissionPolicy");
+        let conditions = path(vap, &["spec", "matchConditions"]);
+        assert_eq!(
+            (conditions.strategy, conditions.merge_key),
+            (Strategy::Merge, "name")
+        );
         assert_eq!(
             schema_for("apps", "Deployment").type_name(),
             Some("Deployment")

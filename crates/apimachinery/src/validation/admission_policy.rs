@@ -1,7 +1,8 @@
 //! `admissionregistration.k8s.io/v1` MutatingAdmissionPolicy and MutatingAdmissionPolicyBinding
 //! (upstream `pkg/apis/admissionregistration/validation`: `ValidateMutatingAdmissionPolicy`,
 //! `validateMutation`, `ValidateMutatingAdmissionPolicyBinding` and the helpers they share with
-//! the validating policies: match resources and rules, param kind and ref, match conditions,
+//! the validating policies (`validating_policy.rs`) and the webhook configurations
+//! (`admission_webhook.rs`): match resources and rules, param kind and ref, match conditions,
 //! variables).
 //!
 //! Deliberately different: CEL is not compiled, so expressions get the structural rules only
@@ -45,11 +46,11 @@ pub const CEL_RESERVED: [&str; 21] = [
     "while",
 ];
 
-fn strs(v: &[Value]) -> Vec<&str> {
+pub(super) fn strs(v: &[Value]) -> Vec<&str> {
     v.iter().map(|s| s.as_str().unwrap_or("")).collect()
 }
 
-fn invalid_list(path: &FieldPath, list: &[Value], detail: String) -> FieldError {
+pub(super) fn invalid_list(path: &FieldPath, list: &[Value], detail: String) -> FieldError {
     FieldError::with_value_text(ErrorType::Invalid, path, go_strings(list), detail)
 }
 
@@ -111,7 +112,7 @@ fn resources(list: &[Value], path: &FieldPath) -> ErrorList {
 }
 
 /// `validateRuleWithOperations` and `validateRule`.
-fn rule_with_operations(rule: &Value, path: &FieldPath) -> ErrorList {
+pub(super) fn rule_with_operations(rule: &Value, path: &FieldPath) -> ErrorList {
     let mut errs = ErrorList::new();
     let ops_list = get_arr(rule, &["operations"]);
     let ops = strs(ops_list);
@@ -195,7 +196,7 @@ fn named_rule(rule: &Value, path: &FieldPath) -> ErrorList {
 /// `validateMatchResources`, plus the mutating policies' rule that the resource rules only match
 /// CREATE, UPDATE and CONNECT (reported on `resourceRules.operations`, without an index, as
 /// upstream does).
-fn match_resources(mr: &Value, path: &FieldPath) -> ErrorList {
+pub(super) fn match_resources(mr: &Value, path: &FieldPath) -> ErrorList {
     let mut errs = ErrorList::new();
     match get_str(mr, &["matchPolicy"]) {
         None => errs.push(FieldError::required(&path.child("matchPolicy"), "")),
@@ -231,7 +232,7 @@ fn mutating_operations(mr: &Value, path: &FieldPath) -> ErrorList {
 }
 
 /// `validateParamKind`.
-fn param_kind(pk: &Value, path: &FieldPath) -> ErrorList {
+pub(super) fn param_kind(pk: &Value, path: &FieldPath) -> ErrorList {
     let mut errs = ErrorList::new();
     let ap = path.child("apiVersion");
     let api_version = str_or_empty(pk, &["apiVersion"]);
@@ -279,7 +280,7 @@ fn param_kind(pk: &Value, path: &FieldPath) -> ErrorList {
 }
 
 /// `validateMatchConditions` without compiling the expressions.
-fn match_conditions(list: &[Value], path: &FieldPath) -> ErrorList {
+pub(super) fn match_conditions(list: &[Value], path: &FieldPath) -> ErrorList {
     let mut errs = ErrorList::new();
     if list.len() > 64 {
         errs.push(FieldError::too_many(path, list.len(), 64));
@@ -316,7 +317,7 @@ fn is_cel_identifier(name: &str) -> bool {
 }
 
 /// `validateVariable` without compiling the expression.
-fn variable(v: &Value, path: &FieldPath) -> ErrorList {
+pub(super) fn variable(v: &Value, path: &FieldPath) -> ErrorList {
     let mut errs = ErrorList::new();
     let name = str_or_empty(v, &["name"]);
     if name.trim().is_empty() {
@@ -454,7 +455,7 @@ pub(crate) fn validate_mutating_policy(obj: &Value) -> ErrorList {
 }
 
 /// `validateParamRef`.
-fn param_ref(pr: &Value, path: &FieldPath) -> ErrorList {
+pub(super) fn param_ref(pr: &Value, path: &FieldPath) -> ErrorList {
     let mut errs = ErrorList::new();
     let name = str_or_empty(pr, &["name"]);
     let selector = get(pr, &["selector"]);

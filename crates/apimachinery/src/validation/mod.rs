@@ -27,6 +27,7 @@ pub mod field;
 pub mod names;
 
 pub mod admission_policy;
+mod admission_webhook;
 mod apiregistration;
 mod apps;
 pub(crate) mod b64;
@@ -50,6 +51,7 @@ mod resource;
 mod resource_claim;
 mod resource_slice;
 mod storage_vac;
+mod validating_policy;
 
 #[cfg(test)]
 mod tests_apps_batch;

@@ -501,12 +501,14 @@ fn rules(group: &str, kind: &str) -> Option<(NameRule, Option<Check>)> {
 
 /// Kinds validated in their own modules: ServiceCIDR and IPAddress (`networking_ipam`),
 /// VolumeAttributesClass (`storage_vac`), FlowSchema and PriorityLevelConfiguration
-/// (`flowcontrol`), APIService (`apiregistration`) and the mutating admission policies
-/// (`admission_policy`): `(create, update)`.
+/// (`flowcontrol`), APIService (`apiregistration`), the webhook configurations
+/// (`admission_webhook`) and the admission policies (`validating_policy`, `admission_policy`):
+/// `(create, update)`.
 fn own_module(group: &str, kind: &str) -> Option<(Check, UpdateCheck)> {
     use super::storage_vac;
     use super::{
-        admission_policy as ap, apiregistration, flowcontrol as fc, networking_ipam as ni,
+        admission_policy as ap, admission_webhook as aw, apiregistration, flowcontrol as fc,
+        networking_ipam as ni, validating_policy as vp,
     };
     let r: (Check, UpdateCheck) = match (group, kind) {
         ("networking.k8s.io", "ServiceCIDR") => {
@@ -531,6 +533,24 @@ fn own_module(group: &str, kind: &str) -> Option<(Check, UpdateCheck)> {
             apiregistration::validate_api_service,
             apiregistration::validate_api_service_update,
         ),
+        ("admissionregistration.k8s.io", "ValidatingWebhookConfiguration") => (
+            |obj| aw::validate_create(obj, false),
+            |new, old| aw::validate_update(new, old, false),
+        ),
+        ("admissionregistration.k8s.io", "MutatingWebhookConfiguration") => (
+            |obj| aw::validate_create(obj, true),
+            |new, old| aw::validate_update(new, old, true),
+        ),
+        ("admissionregistration.k8s.io", "ValidatingAdmissionPolicy") => {
+            (vp::validate_policy, |new, old| {
+                with_meta_update(vp::validate_policy(new), new, old)
+            })
+        }
+        ("admissionregistration.k8s.io", "ValidatingAdmissionPolicyBinding") => {
+            (vp::validate_binding, |new, old| {
+                with_meta_update(vp::validate_binding(new), new, old)
+            })
+        }
         ("admissionregistration.k8s.io", "MutatingAdmissionPolicy") => {
             (ap::validate_mutating_policy, |new, old| {
                 with_meta_update(ap::validate_mutating_policy(new), new, old)

@@ -362,19 +362,16 @@ pub async fn patch(
                 apimachinery::patch::apply_merge_patch(&target, &patch)
             }
             "application/strategic-merge-patch+json" => {
-                let (g, k) = if scale {
-                    ("autoscaling", "Scale")
-                } else {
-                    (group.as_str(), kind.as_str())
-                };
-                if !apimachinery::patch::supports_strategic_merge(g, k) && !scale {
+                // Upstream answers 415 for custom resources, which have no Go struct tags to
+                // merge by; every built-in kind (and the scale subresource) accepts it.
+                let schema = if scale {
+                    apimachinery::patch::schema_for("autoscaling", "Scale")
+                } else if crd.is_some() {
                     return Err(ApiError::unsupported_media_type(&patch_type));
-                }
-                apimachinery::patch::apply_strategic_merge_patch(
-                    &target,
-                    &patch,
-                    apimachinery::patch::schema_for(g, k),
-                )
+                } else {
+                    apimachinery::patch::builtin_schema_for(&group, &kind)
+                };
+                apimachinery::patch::apply_strategic_merge_patch(&target, &patch, schema)
             }
             other => return Err(ApiError::unsupported_media_type(other)),
         };

@@ -59,6 +59,16 @@ finish_rootfs() {
     fi
     [ -e "$rootfs/$d" ] || ln -s "usr/$d" "$rootfs/$d"
   done
+  # Debian's static busybox prefers its own applets: as `sh` it would run its `nc`, `wget`, ... even
+  # where the image has the real program. Images with real programs get Debian's /bin/sh, dash, as
+  # the upstream Debian-based images have (dpkg -x does not run the postinst that links it).
+  # The same for netcat's alternatives link (networking tests run `nc -z`, which busybox's refuses).
+  if [ -e "$rootfs/usr/bin/dash" ] && [ ! -e "$rootfs/usr/bin/sh" ]; then
+    ln -s dash "$rootfs/usr/bin/sh"
+  fi
+  if [ -e "$rootfs/usr/bin/nc.openbsd" ] && [ ! -e "$rootfs/usr/bin/nc" ]; then
+    ln -s nc.openbsd "$rootfs/usr/bin/nc"
+  fi
   install -m 0755 "$busybox" "$rootfs/usr/bin/busybox"
   for applet in $("$busybox" --list); do
     [ -e "$rootfs/usr/bin/$applet" ] || [ -e "$rootfs/usr/sbin/$applet" ] || ln -s busybox "$rootfs/usr/bin/$applet"
@@ -128,6 +138,6 @@ busybox="$work/bb/bin/busybox"
 path='"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"'
 build pause registry.k8s.io/pause:3.10 '{"Entrypoint":["/pause"],"User":"65535:65535"}'
 build busybox docker.io/library/busybox:latest "{\"Env\":[$path],\"Cmd\":[\"sh\"]}"
-build perl docker.io/library/perl:latest "{\"Env\":[$path],\"Cmd\":[\"perl\",\"-de0\"]}" perl libmath-bigint-perl
-build python docker.io/library/python:latest "{\"Env\":[$path,\"LANG=C.UTF-8\"],\"Cmd\":[\"python3\"]}" python3
-build nginx docker.io/library/nginx:latest "{\"Env\":[$path],\"Cmd\":[\"nginx\",\"-g\",\"daemon off;\"],\"ExposedPorts\":{\"80/tcp\":{}},\"StopSignal\":\"SIGQUIT\"}" nginx
+build perl docker.io/library/perl:latest "{\"Env\":[$path],\"Cmd\":[\"perl\",\"-de0\"]}" perl libmath-bigint-perl dash netcat-openbsd
+build python docker.io/library/python:latest "{\"Env\":[$path,\"LANG=C.UTF-8\"],\"Cmd\":[\"python3\"]}" python3 dash netcat-openbsd
+build nginx docker.io/library/nginx:latest "{\"Env\":[$path],\"Cmd\":[\"nginx\",\"-g\",\"daemon off;\"],\"ExposedPorts\":{\"80/tcp\":{}},\"StopSignal\":\"SIGQUIT\"}" nginx dash netcat-openbsd

@@ -26,6 +26,8 @@
 //! - [`servicecidrs`]: ServiceCIDR finalizers and Ready conditions.
 //! - [`statefulset`]: ordered pods with stable identities and storage.
 //! - [`ttlafterfinished`]: deletes finished Jobs after their TTL.
+//! - [`volume`]: binds PersistentVolumeClaims to PersistentVolumes, provisions and reclaims volumes,
+//!   and protects claims and volumes in use from deletion.
 
 pub(crate) mod claim;
 pub mod clusterroleaggregation;
@@ -51,6 +53,7 @@ pub mod servicecidrs;
 pub mod statefulset;
 pub mod tainteviction;
 pub mod ttlafterfinished;
+pub mod volume;
 
 use std::sync::Arc;
 
@@ -318,6 +321,45 @@ pub const CONTROLLERS: &[ControllerDescriptor] = &[
                 c.factory.clone(),
                 c.workers,
                 c.options.resource_quota_sync_period,
+            ))
+        },
+    },
+    ControllerDescriptor {
+        name: "persistentvolume-binder-controller",
+        alias: "persistentvolume-binder",
+        enabled_by_default: true,
+        workers: 1,
+        run: |c| {
+            Box::pin(volume::persistentvolume::run(
+                c.client.clone(),
+                &c.factory,
+                volume::persistentvolume::provisioner::Provisioners::new(),
+            ))
+        },
+    },
+    ControllerDescriptor {
+        name: "persistentvolumeclaim-protection-controller",
+        alias: "pvc-protection",
+        enabled_by_default: true,
+        workers: 1,
+        run: |c| {
+            Box::pin(volume::protection::pvc::run(
+                c.client.clone(),
+                &c.factory,
+                c.workers,
+            ))
+        },
+    },
+    ControllerDescriptor {
+        name: "persistentvolume-protection-controller",
+        alias: "pv-protection",
+        enabled_by_default: true,
+        workers: 1,
+        run: |c| {
+            Box::pin(volume::protection::pv::run(
+                c.client.clone(),
+                &c.factory,
+                c.workers,
             ))
         },
     },

@@ -46,10 +46,7 @@ pub const DEFAULT_ON: &[&str] = &[
     "Priority",
     "DefaultTolerationSeconds",
     "DefaultStorageClass",
-    // StorageObjectInUseProtection is on upstream, but rkube has no pvc-protection and
-    // pv-protection controllers yet to remove its finalizers: on, every deleted claim and volume
-    // (and every namespace holding one) would stay Terminating forever. Enable it with
-    // `--enable-admission-plugins` where those finalizers are removed by other means.
+    "StorageObjectInUseProtection",
     "PersistentVolumeClaimResize",
     "RuntimeClass",
     "CertificateApproval",

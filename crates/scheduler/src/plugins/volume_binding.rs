@@ -2,12 +2,18 @@
 //! exist and not be deleting; an unbound PVC of an `Immediate` class (or of no class) makes the pod
 //! unschedulable, as upstream (the PV controller binds those first); a bound PVC's PV must exist and
 //! its node affinity must match the node; an unbound `WaitForFirstConsumer` PVC needs an available PV
-//! that fits it and the node, which PreBind then binds (the PV controller's part of the work).
-//! Not done: dynamic provisioning (a provisioner's class does not make an unbound claim feasible)
-//! and storage capacity scoring.
+//! that fits it and the node, which PreBind reserves for it (the volume's claimRef, as upstream's
+//! `BindPodVolumes`) before waiting for the PV controller to complete the binding.
+//! A claim no available PV fits is feasible if its class has a provisioner whose allowed
+//! topologies admit the node; PreBind then sets the claim's `volume.kubernetes.io/selected-node`
+//! and waits for the volume to be provisioned and bound (a claim that already has a selected node
+//! fits only that node). Not done: the assume cache (two pods scheduled at once may pick one PV;
+//! the second's PreBind fails on the volume's resourceVersion and the pod is retried), CSI
+//! storage capacity and scoring.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::future::BoxFuture;
 use futures::FutureExt;
@@ -227,13 +233,57 @@ impl PreFilterPlugin for VolumeBinding {
     }
 }
 
+/// How the pod's unbound WaitForFirstConsumer claims get volumes on one node (upstream
+/// `PodVolumes`): static bindings to existing volumes and claims to provision there.
+#[derive(Default)]
+struct Plan {
+    bind: Vec<(Arc<PersistentVolumeClaim>, String)>,
+    provision: Vec<Arc<PersistentVolumeClaim>>,
+}
+
+const ANN_SELECTED_NODE: &str = "volume.kubernetes.io/selected-node";
+
+/// Upstream `MatchTopologySelectorTerms`: no terms match every node; else any term whose
+/// expressions all hold (the node's label value among the expression's values).
+fn topology_matches(
+    terms: Option<&Vec<k8s_openapi::api::core::v1::TopologySelectorTerm>>,
+    node: &NodeInfo,
+) -> bool {
+    let Some(terms) = terms.filter(|t| !t.is_empty()) else {
+        return true;
+    };
+    let labels = node.labels();
+    terms.iter().any(|t| {
+        t.match_label_expressions.iter().flatten().all(|e| {
+            labels
+                .and_then(|l| l.get(&e.key))
+                .is_some_and(|v| e.values.contains(v))
+        })
+    })
+}
+
 impl VolumeBinding {
-    /// For each claim to bind, a distinct available PV that fits on the node.
-    fn find_matches(
-        &self,
-        s: &State,
-        node: &NodeInfo,
-    ) -> Option<Vec<(Arc<PersistentVolumeClaim>, String)>> {
+    /// Upstream `checkVolumeProvisions` for one claim: its class has a provisioner and its
+    /// allowed topologies admit the node.
+    fn can_provision(&self, pvc: &PersistentVolumeClaim, node: &NodeInfo) -> bool {
+        let class = pvc
+            .spec
+            .as_ref()
+            .and_then(|s| s.storage_class_name.clone())
+            .unwrap_or_default();
+        let Some(class) = self.handle.listers.storage_classes.get(&class) else {
+            return false;
+        };
+        if class.provisioner.is_empty() || class.provisioner == "kubernetes.io/no-provisioner" {
+            return false;
+        }
+        topology_matches(class.allowed_topologies.as_ref(), node)
+    }
+
+    /// Upstream `FindPodVolumes` for the unbound claims: a claim the scheduler already chose a
+    /// node for is provisioned there (and fits no other node); the others get distinct available
+    /// PVs that fit on the node, else are provisioned if their class can.
+    fn find_matches(&self, s: &State, node: &NodeInfo) -> Option<Plan> {
         let mut pvs: Vec<Arc<PersistentVolume>> = self.handle.listers.pvs.list();
         // Smallest first, as upstream picks the smallest volume that fits.
         let size = |pv: &PersistentVolume| {
@@ -246,17 +296,35 @@ impl VolumeBinding {
         };
         pvs.sort_by_key(|pv| (size(pv), pv.metadata.name.clone()));
         let mut taken: BTreeMap<String, ()> = BTreeMap::new();
-        let mut out = Vec::new();
+        let mut plan = Plan::default();
         for pvc in &s.to_bind {
-            let pv = pvs.iter().find(|pv| {
+            let selected = pvc
+                .metadata
+                .annotations
+                .as_ref()
+                .and_then(|a| a.get(ANN_SELECTED_NODE));
+            if let Some(selected) = selected {
+                if selected != node.name() {
+                    return None;
+                }
+                plan.provision.push(pvc.clone());
+                continue;
+            }
+            let found = pvs.iter().find(|pv| {
                 let name = pv.metadata.name.clone().unwrap_or_default();
                 !taken.contains_key(&name) && pv_fits(pv, pvc, node)
-            })?;
-            let name = pv.metadata.name.clone().unwrap_or_default();
-            taken.insert(name.clone(), ());
-            out.push((pvc.clone(), name));
+            });
+            match found {
+                Some(pv) => {
+                    let name = pv.metadata.name.clone().unwrap_or_default();
+                    taken.insert(name.clone(), ());
+                    plan.bind.push((pvc.clone(), name));
+                }
+                None if self.can_provision(pvc, node) => plan.provision.push(pvc.clone()),
+                None => return None,
+            }
         }
-        Some(out)
+        Some(plan)
     }
 }
 
@@ -280,9 +348,117 @@ impl FilterPlugin for VolumeBinding {
     }
 }
 
+/// How long PreBind waits for the PV controller to complete the bindings it asked for (upstream
+/// `bindTimeoutSeconds`' default).
+const BIND_TIMEOUT: Duration = Duration::from_secs(600);
+/// How often PreBind looks at the informers' claims and volumes meanwhile.
+const BIND_POLL: Duration = Duration::from_millis(100);
+
+/// One binding PreBind asked for: the claim's key, the volume reserved for it (`None`: the claim is
+/// to be provisioned on the node) and the resourceVersion of our write.
+struct Requested {
+    claim: String,
+    volume: Option<String>,
+    written: u64,
+}
+
+fn resource_version(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> u64 {
+    meta.resource_version
+        .as_deref()
+        .and_then(|rv| rv.parse().ok())
+        .unwrap_or(0)
+}
+
+impl VolumeBinding {
+    /// Upstream `checkBindings`: `Ok(true)` once every claim is bound to its volume by the PV
+    /// controller, `Ok(false)` while it is not yet, an error when it cannot be any more.
+    fn check_bindings(&self, requested: &[Requested], node: &NodeInfo) -> Result<bool, String> {
+        for r in requested {
+            let Some(pvc) = self.handle.listers.pvcs.get(&r.claim) else {
+                return Err(format!(
+                    "failed to check binding: pvc {:?} not in cache",
+                    r.claim
+                ));
+            };
+            let bound_to = pvc
+                .spec
+                .as_ref()
+                .and_then(|s| s.volume_name.clone())
+                .filter(|v| !v.is_empty());
+            let completed = pvc
+                .metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|a| a.contains_key("pv.kubernetes.io/bind-completed"));
+            match &r.volume {
+                Some(volume) => {
+                    let Some(pv) = self.handle.listers.pvs.get(volume) else {
+                        return Err(format!(
+                            "failed to check binding: PersistentVolume {volume:?} not found"
+                        ));
+                    };
+                    if resource_version(&pv.metadata) < r.written {
+                        // The informer has not seen our write yet.
+                        return Ok(false);
+                    }
+                    if !pv_node_matches(&pv, node) {
+                        return Err(format!(
+                            "pv {volume:?} node affinity doesn't match node {:?}",
+                            node.name()
+                        ));
+                    }
+                    let uid = pv
+                        .spec
+                        .as_ref()
+                        .and_then(|s| s.claim_ref.as_ref())
+                        .and_then(|c| c.uid.as_deref())
+                        .unwrap_or("");
+                    if uid.is_empty() {
+                        return Err(format!("ClaimRef got reset for pv {volume:?}"));
+                    }
+                }
+                None => {
+                    if resource_version(&pvc.metadata) < r.written {
+                        return Ok(false);
+                    }
+                    let selected = pvc
+                        .metadata
+                        .annotations
+                        .as_ref()
+                        .and_then(|a| a.get(ANN_SELECTED_NODE));
+                    if selected.map(String::as_str) != Some(node.name()) {
+                        // The PV controller drops the node when provisioning there failed.
+                        return Err(format!(
+                            "provisioning failed for PVC {:?}",
+                            pvc.metadata.name.as_deref().unwrap_or("")
+                        ));
+                    }
+                    if let Some(volume) = &bound_to {
+                        let Some(pv) = self.handle.listers.pvs.get(volume) else {
+                            // Not seen yet; a deleted volume unbinds the claim eventually.
+                            return Ok(false);
+                        };
+                        if !pv_node_matches(&pv, node) {
+                            return Err(format!(
+                                "pv {volume:?} node affinity doesn't match node {:?}",
+                                node.name()
+                            ));
+                        }
+                    }
+                }
+            }
+            if bound_to.is_none() || !completed {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+}
+
 impl PreBindPlugin for VolumeBinding {
-    /// Binds each WaitForFirstConsumer claim to the PV chosen for the node: the PV's claimRef, then
-    /// the claim's volumeName, as the PV controller would.
+    /// Upstream `BindPodVolumes`: reserves the volume chosen for each WaitForFirstConsumer claim
+    /// (its claimRef and `bound-by-controller`, as the PV controller would write them), then waits
+    /// until the PV controller has bound the claims.
     fn pre_bind<'a>(
         &'a self,
         state: &'a CycleState,
@@ -302,26 +478,72 @@ impl PreBindPlugin for VolumeBinding {
             let Some(info) = state.snapshot.get(node).cloned() else {
                 return Status::Error(format!("node {node} left the snapshot"));
             };
-            let Some(matches) = self.find_matches(s, &info) else {
+            let Some(plan) = self.find_matches(s, &info) else {
                 return Status::Unschedulable(ERR_REASON_BIND_CONFLICT.into());
             };
-            for (pvc, pv) in matches {
+            let pvs: Api<PersistentVolume> = Api::all(client.clone());
+            let mut requested = Vec::new();
+            for (pvc, pv) in plan.bind {
                 let ns = pvc.metadata.namespace.clone().unwrap_or_default();
                 let name = pvc.metadata.name.clone().unwrap_or_default();
-                let claim_ref = json!({"spec": {"claimRef": {"kind": "PersistentVolumeClaim", "apiVersion": "v1",
-                    "namespace": ns, "name": name, "uid": pvc.metadata.uid, "resourceVersion": pvc.metadata.resource_version}}});
-                let pvs: Api<PersistentVolume> = Api::all(client.clone());
-                if let Err(e) = pvs.patch(&pv, &PatchParams::default(), &Patch::Merge(&claim_ref)).await {
-                    return Status::Error(format!("binding volume {pv}: {e}"));
-                }
-                let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
-                let patch = json!({"metadata": {"annotations": {"pv.kubernetes.io/bind-completed": "yes",
-                    "volume.kubernetes.io/selected-node": node}}, "spec": {"volumeName": pv}});
-                if let Err(e) = pvcs.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
-                    return Status::Error(format!("binding claim {ns}/{name}: {e}"));
+                // The volume as matched: a conflict means someone took it meanwhile.
+                let rv = self
+                    .handle
+                    .listers
+                    .pvs
+                    .get(&pv)
+                    .and_then(|v| v.metadata.resource_version.clone());
+                let patch = json!({
+                    "metadata": {"resourceVersion": rv,
+                                 "annotations": {"pv.kubernetes.io/bound-by-controller": "yes"}},
+                    "spec": {"claimRef": {"kind": "PersistentVolumeClaim", "apiVersion": "v1",
+                        "namespace": ns, "name": name, "uid": pvc.metadata.uid,
+                        "resourceVersion": pvc.metadata.resource_version}}});
+                match pvs
+                    .patch(&pv, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                {
+                    Ok(written) => requested.push(Requested {
+                        claim: format!("{ns}/{name}"),
+                        volume: Some(pv),
+                        written: resource_version(&written.metadata),
+                    }),
+                    Err(e) => return Status::Error(format!("binding volumes: {e}")),
                 }
             }
-            Status::Success
+            for pvc in plan.provision {
+                let ns = pvc.metadata.namespace.clone().unwrap_or_default();
+                let name = pvc.metadata.name.clone().unwrap_or_default();
+                // Tells the PV controller (and external provisioners) where to provision.
+                let patch = json!({"metadata": {"resourceVersion": pvc.metadata.resource_version,
+                    "annotations": {ANN_SELECTED_NODE: node}}});
+                let pvcs: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), &ns);
+                match pvcs
+                    .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                {
+                    Ok(written) => requested.push(Requested {
+                        claim: format!("{ns}/{name}"),
+                        volume: None,
+                        written: resource_version(&written.metadata),
+                    }),
+                    Err(e) => return Status::Error(format!("binding volumes: {e}")),
+                }
+            }
+            let deadline = tokio::time::Instant::now() + BIND_TIMEOUT;
+            loop {
+                match self.check_bindings(&requested, &info) {
+                    Ok(true) => return Status::Success,
+                    Ok(false) => {}
+                    Err(e) => return Status::Error(format!("binding volumes: {e}")),
+                }
+                if tokio::time::Instant::now() >= deadline {
+                    return Status::Error(
+                        "binding volumes: timed out waiting for the condition".into(),
+                    );
+                }
+                tokio::time::sleep(BIND_POLL).await;
+            }
         }
         .boxed()
     }
@@ -496,6 +718,58 @@ mod tests {
             }
             assert_eq!(vb.filter(&st, &p, &z1), want1, "{name}: n1");
             assert_eq!(vb.filter(&st, &p, &z2), want2, "{name}: n2");
+        }
+    }
+
+    #[test]
+    fn claims_to_provision() {
+        let z1 = labeled_node("n1", json!({"zone": "z1"}));
+        let z2 = labeled_node("n2", json!({"zone": "z2"}));
+        let nodes = vec![z1.clone(), z2.clone()];
+        let conflict = Status::UnschedulableAndUnresolvable(ERR_REASON_BIND_CONFLICT.into());
+        let class = |topology: Option<&str>| {
+            let mut c = json!({"kind": "StorageClass", "metadata": {"name": "dyn"},
+                "provisioner": "rkube.io/local-path", "volumeBindingMode": "WaitForFirstConsumer"});
+            if let Some(z) = topology {
+                c["allowedTopologies"] =
+                    json!([{"matchLabelExpressions": [{"key": "zone", "values": [z]}]}]);
+            }
+            c
+        };
+        let mut selected = pvc("c", None, Some("dyn"));
+        selected["metadata"]["annotations"] = json!({"volume.kubernetes.io/selected-node": "n2"});
+        // (objects, filter on n1, filter on n2)
+        let cases: Vec<(Vec<Value>, Status, Status)> = vec![
+            (
+                vec![pvc("c", None, Some("dyn")), class(None)],
+                Status::Success,
+                Status::Success,
+            ),
+            (
+                vec![pvc("c", None, Some("dyn")), class(Some("z1"))],
+                Status::Success,
+                conflict.clone(),
+            ),
+            (
+                vec![selected, class(None)],
+                conflict.clone(),
+                Status::Success,
+            ),
+            // no-provisioner classes are only for pre-created volumes.
+            (
+                vec![pvc("c", None, Some("local")), wffc("local")],
+                conflict.clone(),
+                conflict.clone(),
+            ),
+        ];
+        for (i, (objects, want1, want2)) in cases.into_iter().enumerate() {
+            let vb = VolumeBinding::new(handle(&objects));
+            let p = pod_with_claims(&["c"]);
+            let mut st = st_of(&nodes);
+            let (_, pre) = vb.pre_filter(&mut st, &p);
+            assert_eq!(pre, Status::Success, "case {i}");
+            assert_eq!(vb.filter(&st, &p, &z1), want1, "case {i}: n1");
+            assert_eq!(vb.filter(&st, &p, &z2), want2, "case {i}: n2");
         }
     }
 

@@ -15,6 +15,10 @@ command -v runc >/dev/null 2>&1 || packages+=(runc)
 command -v ip >/dev/null 2>&1 || packages+=(iproute2)
 command -v gcc >/dev/null 2>&1 || packages+=(gcc libc6-dev)
 command -v python3 >/dev/null 2>&1 || packages+=(python3)
+# kube-proxy's tests apply rules with nft, iptables-restore and conntrack in their own namespaces.
+command -v nft >/dev/null 2>&1 || packages+=(nftables)
+command -v iptables-restore >/dev/null 2>&1 || packages+=(iptables)
+command -v conntrack >/dev/null 2>&1 || packages+=(conntrack)
 if [ ${#packages[@]} -gt 0 ]; then
   echo "test.sh: installing ${packages[*]}"
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"

@@ -3,8 +3,10 @@
 mod bench;
 mod controller_flags;
 mod controller_manager;
+mod dns;
 mod kubelet;
 mod leader;
+mod proxy;
 mod serve;
 mod sim;
 
@@ -35,8 +37,12 @@ enum Command {
     Scheduler(SchedulerArgs),
     /// The kubelet: runs the pods bound to this node through a CRI runtime (containerd).
     Kubelet(kubelet::KubeletArgs),
+    /// kube-proxy: routes Service traffic to endpoints with nftables or iptables.
+    Proxy(proxy::ProxyArgs),
     /// Simulated nodes (like kwok): Nodes whose pods run without processes, for scale tests.
     Sim(sim::SimArgs),
+    /// Cluster DNS (CoreDNS's kubernetes plugin): Service and pod names of the cluster.
+    Dns(dns::DnsArgs),
     /// Measure a part of rkube (results go to docs/benchmarks.md).
     Bench(bench::BenchArgs),
 }
@@ -145,6 +151,8 @@ fn main() -> std::process::ExitCode {
             Command::Scheduler(args) => run_scheduler(args).await,
             Command::ControllerManager(args) => controller_manager::run(args).await,
             Command::Bench(args) => bench::run(args).await,
+            Command::Proxy(args) => proxy::run(args).await,
+            Command::Dns(args) => dns::run(args).await,
         }
     });
     match result {

@@ -117,6 +117,8 @@ pub struct ServeArgs {
     sim_nodes: usize,
     #[command(flatten)]
     sim: crate::sim::SimFlags,
+    #[command(flatten)]
+    dns: crate::dns::DnsFlags,
 }
 
 /// "300ms", "5s", "5m", "1h".
@@ -230,10 +232,33 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
     } else {
         None
     };
+    // Cluster DNS (kube-system/kube-dns), named in the local kubelet's pods' resolv.conf.
+    let cluster_dns = crate::dns::start_in_server(
+        &args.dns,
+        &args.kubelet.cluster_domain,
+        &args.service_cluster_ip_range,
+        args.kubelet.node_ip,
+        (!args.disable_kubelet)
+            .then(|| args.kubelet.node_name.clone())
+            .flatten()
+            .as_deref(),
+        &args.data_dir.join("admin.kubeconfig"),
+    )
+    .await
+    .unwrap_or_else(|e| {
+        eprintln!("rkube: cluster DNS not started: {e}");
+        None
+    });
+    let mut kubelet_flags = args.kubelet.clone();
+    if let Some(ns) = cluster_dns.as_ref().and_then(|d| d.pod_nameserver()) {
+        if kubelet_flags.cluster_dns.is_empty() {
+            kubelet_flags.cluster_dns = vec![ns.to_string()];
+        }
+    }
     let _local_node = if !args.disable_kubelet {
         let kubeconfig = args.data_dir.join("admin.kubeconfig");
         crate::kubelet::start_local_node(
-            &args.kubelet,
+            &kubelet_flags,
             &args.data_dir,
             &kubeconfig,
             args.kubelet_port,

@@ -144,46 +144,185 @@ fn identity_labels(pod: &Pod) -> HashMap<String, String> {
     l
 }
 
-/// The host's resolv.conf as CRI DNS config (upstream's `dnsPolicy: Default`; with no cluster DNS
-/// configured, `ClusterFirst` falls back to it as upstream does).
+/// The pod's DNS settings for its sandbox (upstream `pkg/kubelet/network/dns/dns.go`
+/// `GetPodDNS`), from the host's resolv.conf. Differs: on systemd-resolved hosts whose resolv.conf
+/// names only the 127.0.0.53 stub (unreachable from a pod), the real upstreams of
+/// /run/systemd/resolve/resolv.conf are used, as kubeadm configures the kubelet's `resolvConf`.
 pub fn dns_config(pod: &Pod, cluster_dns: &[String], cluster_domain: &str) -> api::DnsConfig {
-    let resolv = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
-    let mut servers = Vec::new();
-    let mut searches = Vec::new();
-    let mut options = Vec::new();
-    for line in resolv.lines() {
-        let mut f = line.split_whitespace();
-        match f.next() {
-            Some("nameserver") => servers.extend(f.next().map(String::from)),
-            Some("search") | Some("domain") => searches.extend(f.map(String::from)),
-            Some("options") => options.extend(f.map(String::from)),
-            _ => {}
+    let mut host = HostDns::parse(&std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default());
+    if !host.servers.is_empty() && host.servers.iter().all(|s| s.starts_with("127.0.0.53")) {
+        if let Ok(text) = std::fs::read_to_string("/run/systemd/resolve/resolv.conf") {
+            host = HostDns::parse(&text);
         }
     }
-    let policy = pod
-        .spec
-        .as_ref()
+    pod_dns_config(pod, &host, cluster_dns, cluster_domain)
+}
+
+/// upstream `validation.MaxDNSNameservers`, `MaxDNSSearchPaths`, `MaxDNSSearchListChars`.
+const MAX_DNS_NAMESERVERS: usize = 3;
+const MAX_DNS_SEARCH_PATHS: usize = 32;
+const MAX_DNS_SEARCH_LIST_CHARS: usize = 2048;
+/// A search domain longer than a DNS-1123 subdomain makes some resolvers (glibc 2.28) abort.
+const MAX_SEARCH_DOMAIN_LEN: usize = 253;
+
+/// A resolv.conf as upstream `parseResolvConf` reads it: `nameserver`, the last `search` line
+/// (trailing dots dropped, `.` omitted), `options`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct HostDns {
+    pub servers: Vec<String>,
+    pub searches: Vec<String>,
+    pub options: Vec<String>,
+}
+
+impl HostDns {
+    pub fn parse(text: &str) -> HostDns {
+        let mut h = HostDns::default();
+        for line in text.lines() {
+            if line.starts_with('#') || line.starts_with(';') {
+                continue;
+            }
+            let f: Vec<&str> = line.split_whitespace().collect();
+            match f.as_slice() {
+                ["nameserver", server, ..] => h.servers.push(server.to_string()),
+                ["search", rest @ ..] => {
+                    h.searches = rest
+                        .iter()
+                        .filter(|s| **s != ".")
+                        .map(|s| s.trim_end_matches('.').to_string())
+                        .collect();
+                }
+                ["options", rest @ ..] => {
+                    h.options = merge_options(&h.options, rest.iter().map(|o| option_pair(o)))
+                }
+                _ => {}
+            }
+        }
+        h
+    }
+}
+
+fn option_pair(op: &str) -> (String, String) {
+    match op.split_once(':') {
+        Some((k, v)) => (k.to_string(), v.to_string()),
+        None => (op.to_string(), String::new()),
+    }
+}
+
+/// upstream `mergeDNSOptions`: later options of the same name win; kept in first-seen order
+/// (upstream's order is Go map order, i.e. unspecified).
+fn merge_options(
+    existing: &[String],
+    more: impl IntoIterator<Item = (String, String)>,
+) -> Vec<String> {
+    let mut merged: Vec<(String, String)> = existing.iter().map(|o| option_pair(o)).collect();
+    for (k, v) in more {
+        match merged.iter_mut().find(|(name, _)| *name == k) {
+            Some(slot) => slot.1 = v,
+            None => merged.push((k, v)),
+        }
+    }
+    merged
+        .into_iter()
+        .map(|(k, v)| if v.is_empty() { k } else { format!("{k}:{v}") })
+        .collect()
+}
+
+fn omit_duplicates(items: impl IntoIterator<Item = String>) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for i in items {
+        if !out.contains(&i) {
+            out.push(i);
+        }
+    }
+    out
+}
+
+/// upstream `GetPodDNS` over a parsed host resolv.conf: `None` starts empty; `ClusterFirst` (not on
+/// the host network) and `ClusterFirstWithHostNet` use the cluster DNS with the cluster search list
+/// before the host's and `ndots:5`, falling back to the host's settings when no cluster DNS is
+/// configured; `Default` (and `ClusterFirst` on the host network) use the host's. The pod's
+/// `dnsConfig` is merged in, then the nameserver and search limits are applied.
+pub fn pod_dns_config(
+    pod: &Pod,
+    host: &HostDns,
+    cluster_dns: &[String],
+    cluster_domain: &str,
+) -> api::DnsConfig {
+    let spec = pod.spec.as_ref();
+    let host_network = spec.and_then(|s| s.host_network).unwrap_or(false);
+    let policy = spec
         .and_then(|s| s.dns_policy.as_deref())
         .unwrap_or("ClusterFirst");
-    if policy.starts_with("ClusterFirst") && !cluster_dns.is_empty() {
-        let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
-        let mut s = vec![
-            format!("{ns}.svc.{cluster_domain}"),
-            format!("svc.{cluster_domain}"),
-            cluster_domain.to_string(),
-        ];
-        s.extend(searches);
-        return api::DnsConfig {
-            servers: cluster_dns.to_vec(),
-            searches: s,
-            options: vec!["ndots:5".into()],
-        };
+    let mut c = api::DnsConfig {
+        servers: host.servers.clone(),
+        searches: host.searches.clone(),
+        options: host.options.clone(),
+    };
+    let cluster = match policy {
+        "None" => {
+            c = api::DnsConfig::default();
+            false
+        }
+        "ClusterFirstWithHostNet" => true,
+        "Default" => false,
+        "ClusterFirst" => !host_network,
+        // The API server rejects other policies; upstream treats them as ClusterFirst.
+        _ => true,
+    };
+    if cluster && !cluster_dns.is_empty() {
+        c.servers = cluster_dns.to_vec();
+        if !cluster_domain.is_empty() {
+            let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+            let mut s = vec![
+                format!("{ns}.svc.{cluster_domain}"),
+                format!("svc.{cluster_domain}"),
+                cluster_domain.to_string(),
+            ];
+            s.append(&mut c.searches);
+            c.searches = omit_duplicates(s);
+        }
+        c.options = vec!["ndots:5".into()];
     }
-    api::DnsConfig {
-        servers,
-        searches,
-        options,
+    if let Some(pc) = spec.and_then(|s| s.dns_config.as_ref()) {
+        c.servers = omit_duplicates(
+            c.servers
+                .drain(..)
+                .chain(pc.nameservers.iter().flatten().cloned()),
+        );
+        c.searches = omit_duplicates(
+            c.searches
+                .drain(..)
+                .chain(pc.searches.iter().flatten().cloned()),
+        );
+        c.options = merge_options(
+            &c.options,
+            pc.options.iter().flatten().map(|o| {
+                (
+                    o.name.clone().unwrap_or_default(),
+                    o.value.clone().unwrap_or_default(),
+                )
+            }),
+        );
     }
+    c.servers.truncate(MAX_DNS_NAMESERVERS);
+    c.searches = search_fits_limits(c.searches);
+    c
+}
+
+/// upstream `formDNSSearchFitsLimits`: at most 32 domains, none longer than 253 characters, the
+/// search line at most 2048 characters (cut from the end).
+fn search_fits_limits(mut searches: Vec<String>) -> Vec<String> {
+    searches.truncate(MAX_DNS_SEARCH_PATHS);
+    searches.retain(|s| s.len() <= MAX_SEARCH_DOMAIN_LEN);
+    let mut line =
+        searches.iter().map(String::len).sum::<usize>() + searches.len().saturating_sub(1);
+    while line > MAX_DNS_SEARCH_LIST_CHARS {
+        match searches.pop() {
+            Some(s) => line -= s.len() + 1,
+            None => break,
+        }
+    }
+    searches
 }
 
 fn port_mappings(pod: &Pod) -> Vec<api::PortMapping> {
@@ -366,5 +505,142 @@ mod tests {
         assert_eq!(c.port_mappings.len(), 1);
         assert_eq!(c.port_mappings[0].host_port, 8080);
         assert_eq!(c.linux.unwrap().cgroup_parent, "/kubepods/besteffort/podu1");
+    }
+}
+
+#[cfg(test)]
+mod dns_tests {
+    use super::*;
+
+    fn pod(spec: serde_json::Value) -> Pod {
+        let mut spec = spec;
+        spec["containers"] = serde_json::json!([{"name": "c", "image": "i"}]);
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "p", "namespace": "ns"},
+            "spec": spec,
+        }))
+        .unwrap()
+    }
+
+    fn host() -> HostDns {
+        HostDns::parse(
+            "# comment\nnameserver 192.168.1.1\nnameserver 192.168.1.2\n\
+             search old.example\nsearch corp.example. .\noptions timeout:2 rotate\n",
+        )
+    }
+
+    const DNS: &[&str] = &["10.96.0.10"];
+
+    fn cluster_dns() -> Vec<String> {
+        DNS.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn host_resolv_conf_parsing() {
+        let h = host();
+        assert_eq!(h.servers, ["192.168.1.1", "192.168.1.2"]);
+        // The last search line wins, trailing dots dropped, "." omitted.
+        assert_eq!(h.searches, ["corp.example"]);
+        assert_eq!(h.options, ["timeout:2", "rotate"]);
+    }
+
+    #[test]
+    fn cluster_first() {
+        let c = pod_dns_config(
+            &pod(serde_json::json!({})),
+            &host(),
+            &cluster_dns(),
+            "cluster.local",
+        );
+        assert_eq!(c.servers, ["10.96.0.10"]);
+        assert_eq!(
+            c.searches,
+            [
+                "ns.svc.cluster.local",
+                "svc.cluster.local",
+                "cluster.local",
+                "corp.example"
+            ]
+        );
+        assert_eq!(c.options, ["ndots:5"]);
+    }
+
+    #[test]
+    fn cluster_first_without_cluster_dns_and_on_host_network_use_the_host() {
+        let c = pod_dns_config(&pod(serde_json::json!({})), &host(), &[], "cluster.local");
+        assert_eq!(c.servers, ["192.168.1.1", "192.168.1.2"]);
+        assert_eq!(c.searches, ["corp.example"]);
+        let hostnet = pod(serde_json::json!({"hostNetwork": true, "dnsPolicy": "ClusterFirst"}));
+        let c = pod_dns_config(&hostnet, &host(), &cluster_dns(), "cluster.local");
+        assert_eq!(c.servers, ["192.168.1.1", "192.168.1.2"]);
+        assert_eq!(c.options, ["timeout:2", "rotate"]);
+    }
+
+    #[test]
+    fn cluster_first_with_host_net() {
+        let p =
+            pod(serde_json::json!({"hostNetwork": true, "dnsPolicy": "ClusterFirstWithHostNet"}));
+        let c = pod_dns_config(&p, &host(), &cluster_dns(), "cluster.local");
+        assert_eq!(c.servers, ["10.96.0.10"]);
+        assert_eq!(c.searches[0], "ns.svc.cluster.local");
+    }
+
+    #[test]
+    fn default_policy() {
+        let p = pod(serde_json::json!({"dnsPolicy": "Default"}));
+        let c = pod_dns_config(&p, &host(), &cluster_dns(), "cluster.local");
+        assert_eq!(c.servers, ["192.168.1.1", "192.168.1.2"]);
+        assert_eq!(c.searches, ["corp.example"]);
+    }
+
+    #[test]
+    fn none_with_dns_config_and_merging() {
+        let p = pod(serde_json::json!({"dnsPolicy": "None", "dnsConfig": {
+            "nameservers": ["1.1.1.1"], "searches": ["a.example"],
+            "options": [{"name": "ndots", "value": "2"}, {"name": "edns0"}]}}));
+        let c = pod_dns_config(&p, &host(), &cluster_dns(), "cluster.local");
+        assert_eq!(c.servers, ["1.1.1.1"]);
+        assert_eq!(c.searches, ["a.example"]);
+        assert_eq!(c.options, ["ndots:2", "edns0"]);
+        // Merged into ClusterFirst: duplicates omitted, the pod's option values win.
+        let p = pod(serde_json::json!({"dnsConfig": {
+            "nameservers": ["10.96.0.10", "1.1.1.1"], "searches": ["svc.cluster.local", "b.example"],
+            "options": [{"name": "ndots", "value": "1"}]}}));
+        let c = pod_dns_config(&p, &host(), &cluster_dns(), "cluster.local");
+        assert_eq!(c.servers, ["10.96.0.10", "1.1.1.1"]);
+        assert_eq!(
+            c.searches,
+            [
+                "ns.svc.cluster.local",
+                "svc.cluster.local",
+                "cluster.local",
+                "corp.example",
+                "b.example"
+            ]
+        );
+        assert_eq!(c.options, ["ndots:1"]);
+    }
+
+    #[test]
+    fn limits() {
+        let many: Vec<String> = (0..40).map(|i| format!("d{i}.example")).collect();
+        let long = "x".repeat(254);
+        let mut searches = vec![long];
+        searches.extend(many);
+        let p = pod(serde_json::json!({"dnsPolicy": "None", "dnsConfig": {
+            "nameservers": ["1.1.1.1", "1.1.1.2", "1.1.1.3", "1.1.1.4"], "searches": searches}}));
+        let c = pod_dns_config(&p, &HostDns::default(), &[], "cluster.local");
+        assert_eq!(c.servers.len(), 3);
+        // 32 kept, then the over-long one dropped.
+        assert_eq!(c.searches.len(), 31);
+        assert_eq!(c.searches[0], "d0.example");
+        // The 2048-character line limit cuts from the end.
+        let wide: Vec<String> = (0..30)
+            .map(|i| format!("{i:02}{}", "y".repeat(98)))
+            .collect();
+        let p = pod(serde_json::json!({"dnsPolicy": "None", "dnsConfig": {"searches": wide}}));
+        let c = pod_dns_config(&p, &HostDns::default(), &[], "cluster.local");
+        assert_eq!(c.searches.len(), 20);
+        assert!(c.searches.join(" ").len() <= 2048);
     }
 }

@@ -65,6 +65,10 @@ impl Cluster {
         if !args.contains(&"--pod-network-namespace") && !args.contains(&"--disable-kubelet") {
             args.push("--disable-kubelet");
         }
+        // Likewise cluster DNS (its kube-dns Service takes an address of the service range).
+        if !args.iter().any(|a| a.starts_with("--dns-")) {
+            args.push("--disable-dns");
+        }
         Cluster::start_in(tempfile::tempdir().expect("tempdir"), backend, &args)
     }
 

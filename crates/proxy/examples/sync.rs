@@ -1,0 +1,170 @@
+//! Proxy sync benchmark (docs/benchmarks.md, "kube-proxy (issue 19)"): N Services x M endpoints,
+//! full sync (generation + `nft -f`/`iptables-restore` inside a fresh network namespace), then
+//! syncs after one endpoint of one Service changes. Needs root, `ip`, `nft`, `iptables-restore`.
+//!
+//! cargo run --release -p proxy --example sync -- [services] [endpoints] [nftables|iptables|both]
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use proxy::metrics::Metrics;
+use proxy::netns::NetNs;
+use proxy::nftables::rules::Config;
+use proxy::objects::{service, slice};
+use proxy::{Exec, Mode, Proxier};
+
+fn ips(svc: usize, n: usize) -> Vec<String> {
+    (0..n)
+        .map(|e| {
+            let i = svc * n + e;
+            format!("10.{}.{}.{}", 100 + i / 65536, (i / 256) % 256, i % 256)
+        })
+        .collect()
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().collect();
+    let services: usize = args.get(1).and_then(|s| s.parse().ok()).unwrap_or(10_000);
+    let per: usize = args.get(2).and_then(|s| s.parse().ok()).unwrap_or(5);
+    let modes = match args.get(3).map(|s| s.as_str()).unwrap_or("both") {
+        "nftables" => vec![Mode::Nftables],
+        "iptables" => vec![Mode::Iptables],
+        _ => vec![Mode::Nftables, Mode::Iptables],
+    };
+    if let Ok(path) = std::env::var("RKP_DUMP") {
+        // Writes the full-sync scripts of both modes to PATH.nft / PATH.ipt and exits.
+        let mut services_map = proxy::servicechangetracker::ServicePortMap::new();
+        let mut st = proxy::servicechangetracker::ServiceChangeTracker::default();
+        let mut et = proxy::endpointschangetracker::EndpointsChangeTracker::new("node-a");
+        for i in 0..services {
+            let name = format!("svc-{i}");
+            let ip = format!("10.96.{}.{}", i / 256, i % 256);
+            st.update(None, Some(&service("bench", &name, &ip, 80)));
+            et.endpoint_slice_update(&slice("bench", &name, 8080, &ips(i, per), "node-b"), false);
+        }
+        let mut eps = proxy::endpointschangetracker::EndpointsMap::new();
+        proxy::servicechangetracker::apply_service_changes(&mut services_map, &mut st);
+        proxy::endpointschangetracker::apply_endpoints_changes(&mut eps, &mut et);
+        let cfg = Config {
+            masquerade_mark: 0x4000,
+            masquerade_all: false,
+            cluster_cidr: Some("10.64.0.0/10".into()),
+            nodeport_ips: None,
+            node_name: "node-a".into(),
+            node_labels: HashMap::new(),
+        };
+        let none = std::collections::HashSet::new();
+        let no_chains = std::collections::HashSet::new();
+        let t = Instant::now();
+        let n = proxy::nftables::rules::generate(
+            &cfg,
+            &services_map,
+            &eps,
+            true,
+            &none,
+            &Default::default(),
+            &no_chains,
+        );
+        println!("nft generate {:?}", t.elapsed());
+        let t = Instant::now();
+        let i = proxy::iptables::rules::generate(
+            &cfg,
+            &services_map,
+            &eps,
+            true,
+            &none,
+            &Default::default(),
+            &no_chains,
+        );
+        println!("ipt generate {:?}", t.elapsed());
+        // Generation alone for a partial sync after one endpoint change.
+        et.endpoint_slice_update(
+            &slice("bench", "svc-0", 8080, &ips(0, per)[1..], "node-b"),
+            false,
+        );
+        let updated = proxy::endpointschangetracker::apply_endpoints_changes(&mut eps, &mut et)
+            .updated_services;
+        let t = Instant::now();
+        let _ = proxy::nftables::rules::generate(
+            &cfg,
+            &services_map,
+            &eps,
+            false,
+            &updated,
+            &n.state,
+            &no_chains,
+        );
+        println!("nft partial generate {:?}", t.elapsed());
+        let t = Instant::now();
+        let _ = proxy::iptables::rules::generate(
+            &cfg,
+            &services_map,
+            &eps,
+            false,
+            &updated,
+            &i.state,
+            &no_chains,
+        );
+        println!("ipt partial generate {:?}", t.elapsed());
+        std::fs::write(format!("{path}.nft"), n.script)?;
+        std::fs::write(format!("{path}.ipt"), i.script)?;
+        return Ok(());
+    }
+    for mode in modes {
+        let ns = NetNs::create("rkp-bench")?;
+        let cfg = Config {
+            masquerade_mark: 0x4000,
+            masquerade_all: false,
+            cluster_cidr: Some("10.64.0.0/10".into()),
+            nodeport_ips: None,
+            node_name: "node-a".into(),
+            node_labels: HashMap::new(),
+        };
+        let mut p = Proxier::new(
+            mode,
+            cfg,
+            Exec::in_netns(ns.name()),
+            vec![],
+            Arc::new(Metrics::new("bench")),
+        );
+        for i in 0..services {
+            let name = format!("svc-{i}");
+            let ip = format!("10.96.{}.{}", i / 256, i % 256);
+            p.on_service(None, Some(&service("bench", &name, &ip, 80)));
+            p.on_endpoint_slice(&slice("bench", &name, 8080, &ips(i, per), "node-b"), false);
+        }
+        let t = Instant::now();
+        let full = p.sync()?;
+        let full_wall = t.elapsed();
+        let mut partial = Vec::new();
+        for round in 0..5 {
+            // Service 0 loses its last endpoint, then gets it back.
+            let mut list = ips(0, per);
+            if round % 2 == 0 {
+                list.pop();
+            }
+            p.on_endpoint_slice(&slice("bench", "svc-0", 8080, &list, "node-b"), false);
+            let t = Instant::now();
+            let s = p.sync()?;
+            partial.push((t.elapsed(), s.rules_written));
+        }
+        partial.sort();
+        println!(
+            "{mode:?}: {services} services x {per} endpoints: full sync {:.0} ms ({} rules), one-endpoint change: median {:.1} ms, max {:.1} ms ({} rules written)",
+            full_wall.as_secs_f64() * 1000.0,
+            full.rules_total,
+            partial[partial.len() / 2].0.as_secs_f64() * 1000.0,
+            partial[partial.len() - 1].0.as_secs_f64() * 1000.0,
+            partial[0].1,
+        );
+        let t = Instant::now();
+        p.force_full_sync();
+        p.sync()?;
+        println!(
+            "{mode:?}: second full sync (table exists) {:.0} ms",
+            t.elapsed().as_secs_f64() * 1000.0
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,3 @@
+//! The iptables backend (upstream `pkg/proxy/iptables`).
+pub mod proxier;
+pub mod rules;

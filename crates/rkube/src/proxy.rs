@@ -1,0 +1,100 @@
+//! `rkube proxy`: kube-proxy (upstream `cmd/kube-proxy`), flags with upstream's names, then
+//! [`::proxy::run::run`]. Running it from `rkube server` for the local node is later work.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use clap::Args;
+
+#[derive(Args, Debug)]
+pub struct ProxyArgs {
+    /// Kubeconfig of the cluster (default: $KUBECONFIG, then ~/.kube/config).
+    #[arg(long)]
+    kubeconfig: Option<std::path::PathBuf>,
+    /// nftables (default) or iptables. IPVS is deprecated upstream and not built.
+    #[arg(long, default_value = "nftables")]
+    proxy_mode: ::proxy::Mode,
+    /// This node's name, as its Node object and endpoints' nodeName say (default: the host name).
+    #[arg(long)]
+    hostname_override: Option<String>,
+    /// The pods' CIDR: traffic from outside it to a ClusterIP is masqueraded.
+    #[arg(long)]
+    cluster_cidr: Option<String>,
+    /// CIDRs whose node addresses accept NodePort traffic, comma-separated (default: all local
+    /// addresses).
+    #[arg(long, value_delimiter = ',')]
+    nodeport_addresses: Vec<String>,
+    /// Masquerade all Service traffic.
+    #[arg(long)]
+    masquerade_all: bool,
+    /// The minimum time between syncs (upstream default 1s).
+    #[arg(long, default_value = "1s", value_parser = crate::serve::parse_duration)]
+    min_sync_period: Duration,
+    /// The longest time between syncs (upstream default 30s).
+    #[arg(long, default_value = "30s", value_parser = crate::serve::parse_duration)]
+    sync_period: Duration,
+    /// Where /healthz answers; empty to disable.
+    #[arg(long, default_value = "0.0.0.0:10256")]
+    healthz_bind_address: String,
+    /// Where /metrics answers; empty to disable.
+    #[arg(long, default_value = "127.0.0.1:10249")]
+    metrics_bind_address: String,
+    /// Put the rules into network namespace /run/netns/NAME instead of the host's.
+    #[arg(long)]
+    network_namespace: Option<String>,
+    /// Remove this mode's rules and exit (upstream --cleanup).
+    #[arg(long)]
+    cleanup: bool,
+}
+
+fn addr(s: &str, flag: &str) -> Result<Option<SocketAddr>, String> {
+    if s.is_empty() {
+        return Ok(None);
+    }
+    s.parse()
+        .map(Some)
+        .map_err(|e| format!("--{flag} {s:?}: {e}"))
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_lowercase())
+        .unwrap_or_else(|_| "localhost".into())
+}
+
+pub async fn run(args: ProxyArgs) -> Result<(), String> {
+    let exec = match &args.network_namespace {
+        Some(ns) => ::proxy::Exec::in_netns(ns),
+        None => ::proxy::Exec::host(),
+    };
+    let hostname = args.hostname_override.clone().unwrap_or_else(hostname);
+    if args.cleanup {
+        let cfg = ::proxy::nftables::rules::Config {
+            masquerade_mark: ::proxy::run::MASQUERADE_MARK,
+            masquerade_all: false,
+            cluster_cidr: None,
+            nodeport_ips: None,
+            node_name: hostname,
+            node_labels: Default::default(),
+        };
+        let metrics = std::sync::Arc::new(::proxy::metrics::Metrics::new("cleanup"));
+        let mut p = ::proxy::Proxier::new(args.proxy_mode, cfg, exec, vec![], metrics);
+        return p.cleanup().map_err(|e| e.to_string());
+    }
+    let client = crate::cluster_client(args.kubeconfig.as_deref()).await?;
+    let opts = ::proxy::run::Options {
+        mode: args.proxy_mode,
+        hostname,
+        cluster_cidr: args.cluster_cidr.clone(),
+        nodeport_addresses: args.nodeport_addresses.clone(),
+        min_sync_period: args.min_sync_period,
+        sync_period: args.sync_period,
+        healthz_bind_address: addr(&args.healthz_bind_address, "healthz-bind-address")?,
+        metrics_bind_address: addr(&args.metrics_bind_address, "metrics-bind-address")?,
+        masquerade_all: args.masquerade_all,
+        exec,
+    };
+    ::proxy::run::run(client, opts)
+        .await
+        .map_err(|e| e.to_string())
+}

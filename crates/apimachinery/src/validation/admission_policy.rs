@@ -396,12 +396,15 @@ fn mutation(m: &Value, path: &FieldPath) -> ErrorList {
     errs
 }
 
-/// `ValidateMutatingAdmissionPolicy` (also used on update).
-pub(crate) fn validate_mutating_policy(obj: &Value) -> ErrorList {
+/// What validating and mutating policies share: metadata, failurePolicy, paramKind,
+/// matchConstraints (`match_extra` adds kind-specific checks on them), matchConditions, variables.
+pub(super) fn policy_common(
+    obj: &Value,
+    spec: &Value,
+    sp: &FieldPath,
+    match_extra: fn(&Value, &FieldPath) -> ErrorList,
+) -> ErrorList {
     let mut errs = meta::validate_object_meta(obj, NameRule::Subdomain, false);
-    let sp = FieldPath::root("spec");
-    let empty = Value::Object(Default::default());
-    let spec = get(obj, &["spec"]).unwrap_or(&empty);
     match get_str(spec, &["failurePolicy"]) {
         None => errs.push(FieldError::required(&sp.child("failurePolicy"), "")),
         Some("Fail" | "Ignore") => {}
@@ -422,7 +425,7 @@ pub(crate) fn validate_mutating_policy(obj: &Value) -> ErrorList {
             if get_arr(mc, &["resourceRules"]).is_empty() {
                 errs.push(FieldError::required(&mp.child("resourceRules"), ""));
             }
-            errs.extend(mutating_operations(mc, &mp));
+            errs.extend(match_extra(mc, &mp));
         }
     }
     errs.extend(match_conditions(
@@ -432,6 +435,32 @@ pub(crate) fn validate_mutating_policy(obj: &Value) -> ErrorList {
     for (i, v) in get_arr(spec, &["variables"]).iter().enumerate() {
         errs.extend(variable(v, &sp.child("variables").index(i)));
     }
+    errs
+}
+
+/// What validating and mutating bindings share: metadata, policyName, paramRef.
+pub(super) fn binding_common(obj: &Value, sp: &FieldPath) -> ErrorList {
+    let mut errs = meta::validate_object_meta(obj, NameRule::Subdomain, false);
+    let pn = str_or_empty(obj, &["spec", "policyName"]);
+    if pn.is_empty() {
+        errs.push(FieldError::required(&sp.child("policyName"), ""));
+    } else {
+        for m in names::is_dns1123_subdomain(pn) {
+            errs.push(FieldError::invalid(&sp.child("policyName"), pn, m));
+        }
+    }
+    if let Some(pr) = get(obj, &["spec", "paramRef"]) {
+        errs.extend(param_ref(pr, &sp.child("paramRef")));
+    }
+    errs
+}
+
+/// `ValidateMutatingAdmissionPolicy` (also used on update).
+pub(crate) fn validate_mutating_policy(obj: &Value) -> ErrorList {
+    let sp = FieldPath::root("spec");
+    let empty = Value::Object(Default::default());
+    let spec = get(obj, &["spec"]).unwrap_or(&empty);
+    let mut errs = policy_common(obj, spec, &sp, mutating_operations);
     let mutations = get_arr(spec, &["mutations"]);
     if mutations.is_empty() {
         errs.push(FieldError::required(
@@ -497,19 +526,8 @@ pub(super) fn param_ref(pr: &Value, path: &FieldPath) -> ErrorList {
 
 /// `ValidateMutatingAdmissionPolicyBinding` (also used on update).
 pub(crate) fn validate_mutating_binding(obj: &Value) -> ErrorList {
-    let mut errs = meta::validate_object_meta(obj, NameRule::Subdomain, false);
     let sp = FieldPath::root("spec");
-    let pn = str_or_empty(obj, &["spec", "policyName"]);
-    if pn.is_empty() {
-        errs.push(FieldError::required(&sp.child("policyName"), ""));
-    } else {
-        for m in names::is_dns1123_subdomain(pn) {
-            errs.push(FieldError::invalid(&sp.child("policyName"), pn, m));
-        }
-    }
-    if let Some(pr) = get(obj, &["spec", "paramRef"]) {
-        errs.extend(param_ref(pr, &sp.child("paramRef")));
-    }
+    let mut errs = binding_common(obj, &sp);
     if let Some(mr) = get(obj, &["spec", "matchResources"]) {
         let mp = sp.child("matchResources");
         errs.extend(match_resources(mr, &mp));

@@ -300,8 +300,8 @@ fn split_url(url: &str) -> Result<UrlParts<'_>, String> {
     Ok(parts)
 }
 
-/// `ValidateWebhookURL` with https required.
-fn webhook_url(url: &str, path: &FieldPath) -> ErrorList {
+/// `ValidateWebhookURL` with https required (also CRD conversion webhooks').
+pub(super) fn webhook_url(url: &str, path: &FieldPath) -> ErrorList {
     const FORM: &str = "; desired format: https://host[/path]";
     let mut errs = ErrorList::new();
     let u = match split_url(url) {
@@ -353,7 +353,7 @@ fn webhook_url(url: &str, path: &FieldPath) -> ErrorList {
 }
 
 /// `ValidateWebhookService` (the port defaults to 443 before validation).
-fn webhook_service(svc: &Value, path: &FieldPath) -> ErrorList {
+pub(super) fn webhook_service(svc: &Value, path: &FieldPath) -> ErrorList {
     let mut errs = ErrorList::new();
     if str_or_empty(svc, &["name"]).is_empty() {
         errs.push(FieldError::required(

@@ -11,6 +11,7 @@
 
 use serde_json::Value;
 
+use super::admission_webhook::{webhook_service, webhook_url};
 use super::field::{ErrorList, FieldError, FieldPath};
 use super::meta::{self, NameRule};
 use super::names;
@@ -631,90 +632,6 @@ fn conversion(conv: Option<&Value>, path: &FieldPath) -> ErrorList {
             errs.push(FieldError::forbidden(
                 &path.child("conversionReviewVersions"),
                 "should not be set when strategy is not set to Webhook",
-            ));
-        }
-    }
-    errs
-}
-
-/// Upstream `webhook.ValidateWebhookURL` with https required.
-fn webhook_url(url: &str, path: &FieldPath) -> ErrorList {
-    const FORM: &str = "; desired format: https://host[/path]";
-    let mut errs = ErrorList::new();
-    let (scheme, rest) = url.split_once("://").unwrap_or(("", url));
-    if scheme != "https" {
-        errs.push(FieldError::invalid(
-            path,
-            scheme,
-            format!("'https' is the only allowed URL scheme{FORM}"),
-        ));
-    }
-    let host_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
-    let authority = &rest[..host_end];
-    if scheme.is_empty() || authority.is_empty() {
-        errs.push(FieldError::invalid(
-            path,
-            "",
-            format!("host must be specified{FORM}"),
-        ));
-    }
-    if let Some((user, _)) = authority.split_once('@') {
-        errs.push(FieldError::invalid(
-            path,
-            user,
-            "user information is not permitted in the URL",
-        ));
-    }
-    if let Some((_, fragment)) = url.split_once('#') {
-        errs.push(FieldError::invalid(
-            path,
-            fragment,
-            "fragments are not permitted in the URL",
-        ));
-    }
-    if let Some((_, query)) = url.split_once('?') {
-        let query = query.split('#').next().unwrap_or("");
-        if !query.is_empty() {
-            errs.push(FieldError::invalid(
-                path,
-                query,
-                "query parameters are not permitted in the URL",
-            ));
-        }
-    }
-    errs
-}
-
-/// Upstream `webhook.ValidateWebhookService`.
-fn webhook_service(svc: &Value, path: &FieldPath) -> ErrorList {
-    let mut errs = ErrorList::new();
-    if s(svc, &["name"]).is_empty() {
-        errs.push(FieldError::required(
-            &path.child("name"),
-            "service name is required",
-        ));
-    }
-    if s(svc, &["namespace"]).is_empty() {
-        errs.push(FieldError::required(
-            &path.child("namespace"),
-            "service namespace is required",
-        ));
-    }
-    let port = svc["port"].as_i64().unwrap_or(443);
-    let msgs = names::is_valid_port_num(port);
-    if !msgs.is_empty() {
-        errs.push(FieldError::invalid(
-            &path.child("port"),
-            port,
-            format!("port is not valid: {}", msgs.join(", ")),
-        ));
-    }
-    if let Some(p) = svc.get("path").and_then(Value::as_str) {
-        if !p.is_empty() && p != "/" && !p.starts_with('/') {
-            errs.push(FieldError::invalid(
-                &path.child("path"),
-                p,
-                "must start with a '/'",
             ));
         }
     }

@@ -9,12 +9,9 @@
 
 use serde_json::Value;
 
-use super::admission_policy::{
-    match_conditions, match_resources, param_kind, param_ref, strs, variable,
-};
+use super::admission_policy::{binding_common, match_resources, policy_common, strs};
 use super::field::{ErrorList, FieldError, FieldPath};
 use super::json::{get, get_arr, get_str, str_or_empty};
-use super::meta::{self, NameRule};
 use super::names;
 
 const MAX_AUDIT_ANNOTATIONS: usize = 20;
@@ -23,39 +20,10 @@ const MAX_AUDIT_VALUE_EXPRESSION: usize = 5 * 1024;
 /// `ValidateValidatingAdmissionPolicy` (also used on update: upstream only relaxes CEL compile
 /// checks there, which rkube does not run).
 pub(crate) fn validate_policy(obj: &Value) -> ErrorList {
-    let mut errs = meta::validate_object_meta(obj, NameRule::Subdomain, false);
     let sp = FieldPath::root("spec");
     let empty = Value::Object(Default::default());
     let spec = get(obj, &["spec"]).unwrap_or(&empty);
-    match get_str(spec, &["failurePolicy"]) {
-        None => errs.push(FieldError::required(&sp.child("failurePolicy"), "")),
-        Some("Fail" | "Ignore") => {}
-        Some(p) => errs.push(FieldError::not_supported(
-            &sp.child("failurePolicy"),
-            p,
-            &["Fail", "Ignore"],
-        )),
-    }
-    if let Some(pk) = get(spec, &["paramKind"]) {
-        errs.extend(param_kind(pk, &sp.child("paramKind")));
-    }
-    let mp = sp.child("matchConstraints");
-    match get(spec, &["matchConstraints"]) {
-        None => errs.push(FieldError::required(&mp, "")),
-        Some(mc) => {
-            errs.extend(match_resources(mc, &mp));
-            if get_arr(mc, &["resourceRules"]).is_empty() {
-                errs.push(FieldError::required(&mp.child("resourceRules"), ""));
-            }
-        }
-    }
-    errs.extend(match_conditions(
-        get_arr(spec, &["matchConditions"]),
-        &sp.child("matchConditions"),
-    ));
-    for (i, v) in get_arr(spec, &["variables"]).iter().enumerate() {
-        errs.extend(variable(v, &sp.child("variables").index(i)));
-    }
+    let mut errs = policy_common(obj, spec, &sp, |_, _| ErrorList::new());
     let validations = get_arr(spec, &["validations"]);
     let audit = get_arr(spec, &["auditAnnotations"]);
     if validations.is_empty() && audit.is_empty() {
@@ -167,19 +135,8 @@ fn audit_annotation(policy: &str, a: &Value, path: &FieldPath) -> ErrorList {
 
 /// `ValidateValidatingAdmissionPolicyBinding` (also used on update).
 pub(crate) fn validate_binding(obj: &Value) -> ErrorList {
-    let mut errs = meta::validate_object_meta(obj, NameRule::Subdomain, false);
     let sp = FieldPath::root("spec");
-    let pn = str_or_empty(obj, &["spec", "policyName"]);
-    if pn.is_empty() {
-        errs.push(FieldError::required(&sp.child("policyName"), ""));
-    } else {
-        for m in names::is_dns1123_subdomain(pn) {
-            errs.push(FieldError::invalid(&sp.child("policyName"), pn, m));
-        }
-    }
-    if let Some(pr) = get(obj, &["spec", "paramRef"]) {
-        errs.extend(param_ref(pr, &sp.child("paramRef")));
-    }
+    let mut errs = binding_common(obj, &sp);
     if let Some(mr) = get(obj, &["spec", "matchResources"]) {
         // Upstream's path is spelled `matchResouces`; clients may match on it.
         errs.extend(match_resources(mr, &sp.child("matchResouces")));

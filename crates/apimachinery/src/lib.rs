@@ -14,6 +14,7 @@
 //! - [`quantity`]: resource quantities (`500m`, `1Gi`) with exact arithmetic and canonical printing.
 //! - [`quota`]: resource quota accounting shared by quota admission and the quota controller.
 //! - [`podsecurity`]: the Pod Security Standards and the PodSecurity admission decisions.
+//! - [`volumes`]: the PersistentVolumeClaims a pod uses.
 //!
 //! Objects are handled as `serde_json::Value` in their served JSON form, so the same code serves built-in
 //! kinds and custom resources.
@@ -34,3 +35,4 @@ pub mod serializer;
 pub mod status;
 pub mod taints;
 pub mod validation;
+pub mod volumes;

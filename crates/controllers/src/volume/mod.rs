@@ -132,26 +132,7 @@ pub fn default_class(classes: &[Arc<StorageClass>]) -> Option<Arc<StorageClass>>
     defaults.first().map(|c| (*c).clone())
 }
 
-/// The claim a pod volume refers to, and whether it is a generic ephemeral volume's
-/// (`<pod>-<volume>`, upstream `ephemeral.VolumeClaimName`).
-pub fn pod_claims(pod: &Pod) -> Vec<(String, bool)> {
-    let pod_name = pod.metadata.name.as_deref().unwrap_or("");
-    pod.spec
-        .as_ref()
-        .and_then(|s| s.volumes.as_ref())
-        .into_iter()
-        .flatten()
-        .filter_map(|v| {
-            if let Some(c) = &v.persistent_volume_claim {
-                Some((c.claim_name.clone(), false))
-            } else {
-                v.ephemeral
-                    .as_ref()
-                    .map(|_| (format!("{pod_name}-{}", v.name), true))
-            }
-        })
-        .collect()
-}
+pub use apimachinery::volumes::pod_claims;
 
 /// Upstream `IsPodTerminated`: Failed or Succeeded, or deleted with no container running.
 pub fn is_pod_terminated(pod: &Pod) -> bool {

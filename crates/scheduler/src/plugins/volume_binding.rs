@@ -55,26 +55,6 @@ impl VolumeBinding {
         VolumeBinding { handle }
     }
 
-    /// The claim names of the pod's volumes (generic ephemeral volumes: `<pod>-<volume>`).
-    fn claim_names(pod: &Pod) -> Vec<(String, bool)> {
-        let pod_name = pod.metadata.name.as_deref().unwrap_or("");
-        pod.spec
-            .as_ref()
-            .and_then(|s| s.volumes.as_ref())
-            .into_iter()
-            .flatten()
-            .filter_map(|v| {
-                if let Some(c) = &v.persistent_volume_claim {
-                    Some((c.claim_name.clone(), false))
-                } else {
-                    v.ephemeral
-                        .as_ref()
-                        .map(|_| (format!("{pod_name}-{}", v.name), true))
-                }
-            })
-            .collect()
-    }
-
     fn binding_mode(&self, pvc: &PersistentVolumeClaim) -> String {
         let class = pvc.spec.as_ref().and_then(|s| s.storage_class_name.clone());
         class
@@ -177,7 +157,7 @@ impl Plugin for VolumeBinding {
 
 impl PreFilterPlugin for VolumeBinding {
     fn pre_filter(&self, state: &mut CycleState, pod: &Pod) -> (Option<PreFilterResult>, Status) {
-        let names = Self::claim_names(pod);
+        let names = apimachinery::volumes::pod_claims(pod);
         if names.is_empty() {
             return (None, Status::Skip);
         }

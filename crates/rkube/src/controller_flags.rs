@@ -116,6 +116,13 @@ pub struct ControllerFlags {
 const EMBEDDED_CLUSTER_CIDR: &str = "10.42.0.0/16";
 
 impl ControllerFlags {
+    /// The pods' address range of `rkube server` (`--cluster-cidr`, else k3s's default).
+    pub fn embedded_cluster_cidr(&self) -> String {
+        self.pod_cluster_cidr
+            .clone()
+            .unwrap_or_else(|| EMBEDDED_CLUSTER_CIDR.to_string())
+    }
+
     pub fn selected(&self) -> Result<Vec<&'static controllers::ControllerDescriptor>, String> {
         controllers::select(&self.controllers)
     }

@@ -59,16 +59,21 @@ pub struct DnsArgs {
 pub struct ClusterDns {
     /// Kept to keep serving: the server stops when this is dropped.
     _server: dns::Dns,
+    /// The kube-dns ClusterIP (what pods name where a proxy routes it).
+    pub cluster_ip: IpAddr,
     /// Where the server answers (the node's IP for an unspecified bind address).
     pub addr: SocketAddr,
 }
 
 impl ClusterDns {
-    /// The nameserver for the local kubelet's pods. `rkube server` runs no proxy, so nothing
-    /// routes the kube-dns ClusterIP there; pods reach the node's own address through the CNI
-    /// bridge instead, which resolv.conf can name only if the server got port 53. `None` leaves
-    /// pods with the host's resolvers, as before cluster DNS.
-    pub fn pod_nameserver(&self) -> Option<IpAddr> {
+    /// The nameserver for the local kubelet's pods: the ClusterIP when a proxy routes it; without
+    /// one (`--disable-proxy`), the node's own address, which pods reach through the CNI bridge
+    /// and resolv.conf can name only if the server got port 53. `None` leaves pods with the
+    /// host's resolvers.
+    pub fn pod_nameserver(&self, proxied: bool) -> Option<IpAddr> {
+        if proxied {
+            return Some(self.cluster_ip);
+        }
         pod_nameserver(self.addr)
     }
 }
@@ -291,6 +296,7 @@ pub async fn start_in_server(
     );
     Ok(Some(ClusterDns {
         _server: server,
+        cluster_ip,
         addr: published,
     }))
 }

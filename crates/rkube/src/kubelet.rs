@@ -185,6 +185,13 @@ pub async fn run(args: KubeletArgs) -> Result<(), String> {
 pub struct LocalNode {
     _containerd: Option<kubelet::containerd::Containerd>,
     task: tokio::task::JoinHandle<()>,
+    node_name: String,
+}
+
+impl LocalNode {
+    pub fn node_name(&self) -> &str {
+        &self.node_name
+    }
 }
 
 impl Drop for LocalNode {
@@ -309,5 +316,6 @@ async fn start_node(
     Ok(Some(LocalNode {
         _containerd: containerd,
         task,
+        node_name,
     }))
 }

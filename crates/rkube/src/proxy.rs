@@ -1,5 +1,5 @@
 //! `rkube proxy`: kube-proxy (upstream `cmd/kube-proxy`), flags with upstream's names, then
-//! [`::proxy::run::run`]. Running it from `rkube server` for the local node is later work.
+//! [`::proxy::run::run`]; and the proxy `rkube server` runs for its local node ([`start_local`]).
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -97,4 +97,48 @@ pub async fn run(args: ProxyArgs) -> Result<(), String> {
     ::proxy::run::run(client, opts)
         .await
         .map_err(|e| e.to_string())
+}
+
+/// The proxy flags of `rkube server`.
+#[derive(Args, Clone, Debug)]
+pub struct ServerProxyFlags {
+    /// Do not run kube-proxy for the local node (Service IPs are then not routed on it).
+    #[arg(long)]
+    pub disable_proxy: bool,
+    /// The local node's proxy mode: nftables (default) or iptables.
+    #[arg(long = "proxy-mode", default_value = "nftables")]
+    pub mode: ::proxy::Mode,
+}
+
+/// Runs kube-proxy for `rkube server`'s local node, with its rules where the node's pods are
+/// routed: the pod network namespace when there is one, else the host's. No `/healthz` or
+/// `/metrics` listener (their fixed ports would collide between servers on one machine).
+pub fn start_local(
+    client: kube::Client,
+    flags: &ServerProxyFlags,
+    node_name: String,
+    cluster_cidr: String,
+    pod_network_namespace: Option<&str>,
+) -> tokio::task::JoinHandle<()> {
+    let exec = match pod_network_namespace {
+        Some(ns) => ::proxy::Exec::in_netns(ns),
+        None => ::proxy::Exec::host(),
+    };
+    let opts = ::proxy::run::Options {
+        mode: flags.mode,
+        hostname: node_name,
+        cluster_cidr: Some(cluster_cidr),
+        nodeport_addresses: Vec::new(),
+        min_sync_period: Duration::from_secs(1),
+        sync_period: Duration::from_secs(30),
+        healthz_bind_address: None,
+        metrics_bind_address: None,
+        masquerade_all: false,
+        exec,
+    };
+    tokio::spawn(async move {
+        if let Err(e) = ::proxy::run::run(client, opts).await {
+            eprintln!("rkube: proxy: {e}; Service IPs are not routed on the local node");
+        }
+    })
 }

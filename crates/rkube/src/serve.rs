@@ -119,6 +119,8 @@ pub struct ServeArgs {
     sim: crate::sim::SimFlags,
     #[command(flatten)]
     dns: crate::dns::DnsFlags,
+    #[command(flatten)]
+    proxy: crate::proxy::ServerProxyFlags,
 }
 
 /// "300ms", "5s", "5m", "1h".
@@ -250,7 +252,8 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
         None
     });
     let mut kubelet_flags = args.kubelet.clone();
-    if let Some(ns) = cluster_dns.as_ref().and_then(|d| d.pod_nameserver()) {
+    let proxied = !args.disable_kubelet && !args.proxy.disable_proxy;
+    if let Some(ns) = cluster_dns.as_ref().and_then(|d| d.pod_nameserver(proxied)) {
         if kubelet_flags.cluster_dns.is_empty() {
             kubelet_flags.cluster_dns = vec![ns.to_string()];
         }
@@ -267,6 +270,21 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
         .await?
     } else {
         None
+    };
+    // kube-proxy for the local node, where its pods are routed.
+    let _proxy = match &_local_node {
+        Some(node) if proxied => {
+            let kubeconfig = args.data_dir.join("admin.kubeconfig");
+            let client = client::kubeconfig::client_from_file(&kubeconfig).await?;
+            Some(AbortOnDrop(crate::proxy::start_local(
+                client,
+                &args.proxy,
+                node.node_name().to_string(),
+                args.controllers.embedded_cluster_cidr(),
+                args.kubelet.pod_network_namespace.as_deref(),
+            )))
+        }
+        _ => None,
     };
     tokio::select! {
         _ = running.wait() => Ok(()),

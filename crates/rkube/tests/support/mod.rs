@@ -69,6 +69,10 @@ impl Cluster {
         if !args.iter().any(|a| a.starts_with("--dns-")) {
             args.push("--disable-dns");
         }
+        // And the local node's kube-proxy (its rules go into the test's pod network namespace).
+        if !args.contains(&"--proxy-mode") {
+            args.push("--disable-proxy");
+        }
         Cluster::start_in(tempfile::tempdir().expect("tempdir"), backend, &args)
     }
 

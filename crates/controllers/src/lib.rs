@@ -137,6 +137,10 @@ pub struct ControllerOptions {
     pub pod_gc_period: std::time::Duration,
     /// Upstream `--resource-quota-sync-period`: how often every quota is recomputed.
     pub resource_quota_sync_period: std::time::Duration,
+    /// Where the in-tree `rkube.io/local-path` provisioner makes its directories; None leaves it
+    /// unregistered (it creates them on this machine, so only a controller manager on the node
+    /// itself, as in `rkube server`, may run it).
+    pub local_path_dir: Option<std::path::PathBuf>,
 }
 
 impl Default for ControllerOptions {
@@ -152,6 +156,7 @@ impl Default for ControllerOptions {
             pod_gc_quarantine: std::time::Duration::from_secs(40),
             pod_gc_period: std::time::Duration::from_secs(20),
             resource_quota_sync_period: std::time::Duration::from_secs(300),
+            local_path_dir: None,
         }
     }
 }
@@ -333,7 +338,7 @@ pub const CONTROLLERS: &[ControllerDescriptor] = &[
             Box::pin(volume::persistentvolume::run(
                 c.client.clone(),
                 &c.factory,
-                volume::persistentvolume::provisioner::Provisioners::new(),
+                volume::in_tree_provisioners(&c.options),
             ))
         },
     },

@@ -110,6 +110,11 @@ pub struct ControllerFlags {
     /// How often pod GC runs (upstream: fixed at 20s).
     #[arg(long, default_value = "20s", value_parser = crate::serve::parse_duration, hide = true)]
     pod_gc_period: Duration,
+    /// Run the in-tree `rkube.io/local-path` provisioner, making volume directories here. Only for
+    /// a controller manager on the node's own machine (`rkube server` sets it to
+    /// `<data-dir>/local-path` unless `--disable-local-path`).
+    #[arg(long)]
+    pub local_path_dir: Option<PathBuf>,
 }
 
 /// The pod range of `rkube server` when none is given (k3s's).
@@ -182,6 +187,7 @@ impl ControllerFlags {
             pod_gc_quarantine: self.pod_gc_quarantine,
             pod_gc_period: self.pod_gc_period,
             resource_quota_sync_period: self.resource_quota_sync_period,
+            local_path_dir: self.local_path_dir.clone(),
             node_ipam: controllers::nodeipam::Options {
                 allocate_node_cidrs: self.allocate_node_cidrs.unwrap_or(embedded),
                 cluster_cidr: self

@@ -6,6 +6,7 @@ mod controller_manager;
 mod dns;
 mod kubelet;
 mod leader;
+mod local_path;
 mod proxy;
 mod serve;
 mod sim;

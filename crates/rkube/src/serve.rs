@@ -121,6 +121,8 @@ pub struct ServeArgs {
     dns: crate::dns::DnsFlags,
     #[command(flatten)]
     proxy: crate::proxy::ServerProxyFlags,
+    #[command(flatten)]
+    local_path: crate::local_path::LocalPathFlags,
 }
 
 /// "300ms", "5s", "5m", "1h".
@@ -213,7 +215,18 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
         let selected = args.controllers.selected()?;
         let kubeconfig = args.data_dir.join("admin.kubeconfig");
         let client = client::kubeconfig::client_from_file(&kubeconfig).await?;
-        let options = args.controllers.options(true, Some(&kubeconfig))?;
+        let mut options = args.controllers.options(true, Some(&kubeconfig))?;
+        if options.local_path_dir.is_none() {
+            options.local_path_dir = args.local_path.dir(&args.data_dir);
+        }
+        if options.local_path_dir.is_some() {
+            let client = client.clone();
+            tokio::spawn(async move {
+                if let Err(e) = crate::local_path::ensure_default_class(client).await {
+                    eprintln!("rkube: {e}");
+                }
+            });
+        }
         let task = AbortOnDrop(tokio::spawn(controllers::run_selected(
             client, selected, options,
         )));

@@ -4,10 +4,12 @@
 //! (`DirectoryOrCreate`) with node affinity to that node; deleting a released volume removes the
 //! directory.
 //!
-//! Half of the feature: the directories are made by the process running the PV controller, so this
-//! only fits the all-in-one `rkube server` whose node is the same machine; nothing registers it yet
-//! (no default `local-path` StorageClass, no kubelet-side directory creation, fsGroup or volume
-//! stats). Differs from Rancher's: no helper pods, no per-node path configuration.
+//! The directories are made and removed by the process running the PV controller, so this only
+//! fits a controller manager on the node's own machine: `rkube server` registers it (with the
+//! default `local-path` StorageClass) unless `--disable-local-path`; a standalone controller
+//! manager only with `--local-path-dir`. The kubelet mounts the volume as the PV's hostPath.
+//! Differs from Rancher's: no helper pods (so no multi-node use), no per-node path configuration,
+//! no capacity accounting (a directory may outgrow its claim, as Rancher's may).
 
 use std::path::{Path, PathBuf};
 

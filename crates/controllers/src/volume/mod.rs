@@ -2,7 +2,8 @@
 //!
 //! - [`persistentvolume`]: the PersistentVolume controller (`persistentvolume-binder-controller`)
 //!   that binds claims to volumes, provisions and reclaims them.
-//! - [`localpath`]: an in-tree local-path provisioner (not registered yet).
+//! - [`localpath`]: the in-tree `rkube.io/local-path` provisioner, registered when
+//!   `ControllerOptions::local_path_dir` is set (by `rkube server`).
 //! - [`protection`]: the PVC and PV protection controllers, which remove the
 //!   `kubernetes.io/pvc-protection` and `kubernetes.io/pv-protection` finalizers the
 //!   StorageObjectInUseProtection admission plugin puts on every claim and volume, once nothing
@@ -133,6 +134,21 @@ pub fn default_class(classes: &[Arc<StorageClass>]) -> Option<Arc<StorageClass>>
 }
 
 pub use apimachinery::volumes::pod_claims;
+
+/// The in-tree provisioners this controller manager runs (upstream's volume plugin list given to
+/// the PV controller): local-path when it has a directory.
+pub fn in_tree_provisioners(
+    options: &crate::ControllerOptions,
+) -> persistentvolume::provisioner::Provisioners {
+    let mut provisioners = persistentvolume::provisioner::Provisioners::new();
+    if let Some(dir) = &options.local_path_dir {
+        provisioners.register(
+            localpath::PROVISIONER_NAME,
+            Arc::new(localpath::LocalPath::new(dir)),
+        );
+    }
+    provisioners
+}
 
 /// Upstream `IsPodTerminated`: Failed or Succeeded, or deleted with no container running.
 pub fn is_pod_terminated(pod: &Pod) -> bool {

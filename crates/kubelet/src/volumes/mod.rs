@@ -8,18 +8,23 @@
 //! Differences: files are replaced one by one (tmp + rename) rather than through upstream's atomic
 //! `..data` symlink swap; `emptyDir.medium: Memory` is a plain directory (no tmpfs); a projected
 //! `serviceAccountToken` needs the API server's TokenRequest API, and without it the mount fails with
-//! a clear event, as upstream's would. Unsupported volume types (PVCs, NFS, CSI, ...) fail the mount.
+//! a clear event, as upstream's would. PersistentVolumeClaim and generic ephemeral volumes mount
+//! their bound PV when it is a directory on the node ([`persistent`]); other volume types (NFS,
+//! CSI, ...) fail the mount.
 
 use std::collections::{BTreeMap, HashMap};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::{
-    ConfigMap, DownwardAPIVolumeFile, KeyToPath, Pod, Secret, Volume,
+    ConfigMap, DownwardAPIVolumeFile, KeyToPath, PersistentVolume, PersistentVolumeClaim, Pod,
+    Secret, Volume,
 };
 use kube::Api;
 
 use crate::envvars;
+
+pub mod persistent;
 
 /// A volume ready to mount.
 #[derive(Clone, Debug)]
@@ -394,7 +399,45 @@ impl VolumeManager {
             write_files(&dir, &files)?;
             return Ok(api_data(dir));
         }
+        if let Some((claim_name, must_own, read_only)) = persistent::claim_of(pod, v) {
+            return self
+                .persistent(pod, ns, &claim_name, must_own, read_only)
+                .await;
+        }
         Err("this volume type is not supported by the rkube kubelet".into())
+    }
+
+    /// A claim's bound volume, mounted by its source (see [`persistent`]).
+    async fn persistent(
+        &self,
+        pod: &Pod,
+        ns: &str,
+        claim_name: &str,
+        must_own: bool,
+        read_only: bool,
+    ) -> Result<MountedVolume, String> {
+        let client = self.client()?.clone();
+        let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
+        let claim = claims
+            .get_opt(claim_name)
+            .await
+            .map_err(|e| format!("error processing PVC {ns}/{claim_name}: {e}"))?
+            .ok_or_else(|| {
+                format!(
+                    "error processing PVC {ns}/{claim_name}: persistentvolumeclaim \"{claim_name}\" not found"
+                )
+            })?;
+        let pv_name = persistent::check_claim(pod, &claim, must_own)?;
+        let volumes: Api<PersistentVolume> = Api::all(client);
+        let volume = volumes
+            .get_opt(&pv_name)
+            .await
+            .map_err(|e| format!("failed to fetch PV {pv_name:?} from API server: {e}"))?
+            .ok_or_else(|| format!("failed to fetch PV {pv_name:?} from API server: not found"))?;
+        let (claim, volume) = (claim.clone(), volume.clone());
+        tokio::task::spawn_blocking(move || persistent::mount_volume(&claim, &volume, read_only))
+            .await
+            .map_err(|e| e.to_string())?
     }
 
     /// Removes a pod's volumes and directory (after its containers are gone).

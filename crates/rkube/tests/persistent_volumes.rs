@@ -74,7 +74,11 @@ fn phase(c: &Cluster, kind: &str, name: &str) -> String {
 
 #[test]
 fn claims_bind_release_and_are_protected() {
-    let c = Cluster::start_all(Backend::Sqlite, &["--sim-nodes", "1"]);
+    // No default class: the claims below keep no class, as in a cluster without one.
+    let c = Cluster::start_all(
+        Backend::Sqlite,
+        &["--sim-nodes", "1", "--disable-local-path"],
+    );
     wait_for("the default service account", || {
         c.kubectl_output(&["get", "serviceaccount", "default"], None)
             .status

@@ -76,11 +76,20 @@ pub fn now_rfc3339() -> String {
     chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
-/// RFC 3339 time `seconds` from now.
+/// RFC 3339 time `seconds` from now, saturating at the last second RFC 3339 can write (year
+/// 9999) and at now: a client's grace period of any int64 must not overflow (upstream's Go
+/// duration wraps around instead; we keep the intent, "a very long time").
 pub fn rfc3339_in(seconds: i64) -> String {
-    (chrono::Utc::now() + chrono::Duration::seconds(seconds))
-        .format("%Y-%m-%dT%H:%M:%SZ")
-        .to_string()
+    let now = chrono::Utc::now();
+    let latest = chrono::NaiveDate::from_ymd_opt(9999, 12, 31)
+        .and_then(|d| d.and_hms_opt(23, 59, 59))
+        .map(|t| t.and_utc());
+    let at = chrono::TimeDelta::try_seconds(seconds.max(0))
+        .and_then(|d| now.checked_add_signed(d))
+        .filter(|t| latest.is_none_or(|l| *t <= l))
+        .or(latest)
+        .unwrap_or(now);
+    at.format("%Y-%m-%dT%H:%M:%SZ").to_string()
 }
 
 /// Serializes an object for storage: `apiVersion`, `kind`, `metadata` first, without
@@ -221,6 +230,15 @@ pub fn generate_name(prefix: &str) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn grace_periods_of_any_size() {
+        assert_eq!(rfc3339_in(i64::MAX), "9999-12-31T23:59:59Z");
+        assert_eq!(rfc3339_in(99_999_999_999_999), "9999-12-31T23:59:59Z");
+        let soon = rfc3339_in(30);
+        assert!(soon > now_rfc3339() || soon == now_rfc3339(), "{soon}");
+        assert!(rfc3339_in(i64::MIN) <= now_rfc3339());
+    }
 
     #[test]
     fn resource_version_is_spliced_into_stored_bytes() {

@@ -32,20 +32,32 @@ pub enum PatchError {
     /// Invalid, as for a failed JSON patch `test`).
     #[error("{0}")]
     Invalid(String),
+    /// The patch would make the request too large: too many operations, or copies adding more than
+    /// [`JSON_PATCH_MAX_COPY_BYTES`] (upstream answers 413 RequestEntityTooLarge).
+    #[error("{0}")]
+    TooLarge(String),
 }
 
+/// Upstream's `maxJSONPatchOperations`: the most operations one JSON patch may hold.
+pub const MAX_JSON_PATCH_OPERATIONS: usize = 10_000;
+/// Upstream's `JSONPatchMaxCopyBytes` (3 MiB, its default request body limit): how much all `copy`
+/// operations of one patch may add together, so a few hundred bytes of copies cannot double an
+/// object until the server runs out of memory.
+pub const JSON_PATCH_MAX_COPY_BYTES: usize = 3 * 1024 * 1024;
+
 impl PatchError {
-    /// The HTTP status code of the error: 400 or 422.
+    /// The HTTP status code of the error: 400, 422 or 413.
     pub fn code(&self) -> u16 {
         match self {
             PatchError::BadRequest(_) => 400,
             PatchError::Invalid(_) => 422,
+            PatchError::TooLarge(_) => 413,
         }
     }
 
     pub fn message(&self) -> &str {
         match self {
-            PatchError::BadRequest(m) | PatchError::Invalid(m) => m,
+            PatchError::BadRequest(m) | PatchError::Invalid(m) | PatchError::TooLarge(m) => m,
         }
     }
 
@@ -55,6 +67,7 @@ impl PatchError {
     pub fn to_api_error(&self) -> ApiError {
         match self {
             PatchError::BadRequest(m) => ApiError::bad_request(m.clone()),
+            PatchError::TooLarge(m) => ApiError::request_entity_too_large(m.clone()),
             PatchError::Invalid(m) => ApiError {
                 code: 422,
                 reason: "Invalid",
@@ -93,34 +106,82 @@ pub fn apply_json_patch(doc: &Value, patch: &Value) -> Result<Value, PatchError>
     }
     let ops: json_patch::Patch =
         serde_json::from_value(patch.clone()).map_err(|e| invalid(e.to_string()))?;
+    if ops.0.len() > MAX_JSON_PATCH_OPERATIONS {
+        return Err(PatchError::TooLarge(format!(
+            "The allowed maximum operations in a JSON patch is {MAX_JSON_PATCH_OPERATIONS}, got {}",
+            ops.0.len()
+        )));
+    }
     let mut out = doc.clone();
-    json_patch::patch(&mut out, &ops).map_err(|e| {
-        let path = e.path.to_string();
-        let op = ops.0.get(e.operation);
-        let msg = match (&e.kind, op) {
-            (json_patch::PatchErrorKind::TestFailed, _) | (_, Some(json_patch::PatchOperation::Test(_))) => {
-                format!("testing value {path} failed: test failed")
+    let mut copied = 0usize;
+    // One operation at a time, so each copy's size is known before it is made.
+    for op in &ops.0 {
+        if let json_patch::PatchOperation::Copy(c) = op {
+            if let Some(from) = out.pointer(c.from.as_str()) {
+                copied = copied.saturating_add(encoded_len(from));
+                if copied > JSON_PATCH_MAX_COPY_BYTES {
+                    return Err(PatchError::TooLarge(format!(
+                        "Unable to complete the copy, the accumulated size increase of copy is {copied}, exceeding the limit {JSON_PATCH_MAX_COPY_BYTES}"
+                    )));
+                }
             }
-            (json_patch::PatchErrorKind::InvalidFromPointer, Some(json_patch::PatchOperation::Move(m))) => {
-                format!("move operation does not apply: doc is missing from path: {}: missing value", m.from)
-            }
-            (json_patch::PatchErrorKind::InvalidFromPointer, Some(json_patch::PatchOperation::Copy(c))) => {
-                format!("copy operation does not apply: doc is missing from path: {}: missing value", c.from)
-            }
-            (json_patch::PatchErrorKind::InvalidPointer, Some(json_patch::PatchOperation::Add(_))) => {
-                format!("add operation does not apply: doc is missing path: \"{path}\": missing value")
-            }
-            (json_patch::PatchErrorKind::InvalidPointer, Some(json_patch::PatchOperation::Remove(_))) => {
-                format!("remove operation does not apply: doc is missing path: \"{path}\": missing value")
-            }
-            (json_patch::PatchErrorKind::InvalidPointer, Some(json_patch::PatchOperation::Replace(_))) => {
-                format!("replace operation does not apply: doc is missing key: {path}: missing value")
-            }
-            _ => e.to_string(),
-        };
-        invalid(msg)
-    })?;
+        }
+        json_patch::patch_unsafe(&mut out, std::slice::from_ref(op))
+            .map_err(|e| json_patch_error(&e, op))?;
+    }
     Ok(out)
+}
+
+/// evanphx/json-patch's wording for an operation that does not apply.
+fn json_patch_error(e: &json_patch::PatchError, op: &json_patch::PatchOperation) -> PatchError {
+    let path = e.path.to_string();
+    let msg = match (&e.kind, op) {
+        (json_patch::PatchErrorKind::TestFailed, _) | (_, json_patch::PatchOperation::Test(_)) => {
+            format!("testing value {path} failed: test failed")
+        }
+        (json_patch::PatchErrorKind::InvalidFromPointer, json_patch::PatchOperation::Move(m)) => {
+            format!(
+                "move operation does not apply: doc is missing from path: {}: missing value",
+                m.from
+            )
+        }
+        (json_patch::PatchErrorKind::InvalidFromPointer, json_patch::PatchOperation::Copy(c)) => {
+            format!(
+                "copy operation does not apply: doc is missing from path: {}: missing value",
+                c.from
+            )
+        }
+        (json_patch::PatchErrorKind::InvalidPointer, json_patch::PatchOperation::Add(_)) => {
+            format!("add operation does not apply: doc is missing path: \"{path}\": missing value")
+        }
+        (json_patch::PatchErrorKind::InvalidPointer, json_patch::PatchOperation::Remove(_)) => {
+            format!(
+                "remove operation does not apply: doc is missing path: \"{path}\": missing value"
+            )
+        }
+        (json_patch::PatchErrorKind::InvalidPointer, json_patch::PatchOperation::Replace(_)) => {
+            format!("replace operation does not apply: doc is missing key: {path}: missing value")
+        }
+        _ => e.to_string(),
+    };
+    invalid(msg)
+}
+
+/// The length of a value's compact JSON encoding, without building it.
+fn encoded_len(v: &Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut n = Count(0);
+    let _ = serde_json::to_writer(&mut n, v);
+    n.0
 }
 
 /// Applies an RFC 7386 JSON merge patch: objects merge recursively, `null` deletes, anything else

@@ -176,6 +176,51 @@ fn json_patch_failures() {
 }
 
 #[test]
+fn json_patch_limits() {
+    // Each copy doubles the list: forty of them, under 2 KB, would need terabytes.
+    let d = json!({"metadata": {"name": "bomb"}, "data": {"a": ["x".repeat(1000)]}});
+    let mut ops = vec![];
+    for _ in 0..40 {
+        ops.push(json!({"op": "copy", "from": "/data/a", "path": "/data/a/-"}));
+    }
+    let err = apply_json_patch(&d, &json!(ops)).unwrap_err();
+    assert_eq!(err.code(), 413);
+    assert!(
+        err.message()
+            .starts_with("Unable to complete the copy, the accumulated size increase of copy is "),
+        "{err}"
+    );
+    let api = err.to_api_error();
+    assert_eq!((api.code, api.reason), (413, "RequestEntityTooLarge"));
+    // A few copies are fine, and a copy into place works as before.
+    let ok = apply_json_patch(&d, &json!(ops[..3])).unwrap();
+    assert_eq!(ok["data"]["a"].as_array().map(Vec::len), Some(4));
+    // More than 10,000 operations are refused before any is applied.
+    let many: Vec<Value> = (0..10_001)
+        .map(|_| json!({"op": "test", "path": "/metadata/name", "value": "bomb"}))
+        .collect();
+    let err = apply_json_patch(&d, &json!(many)).unwrap_err();
+    assert_eq!(
+        (err.code(), err.message()),
+        (
+            413,
+            "The allowed maximum operations in a JSON patch is 10000, got 10001"
+        )
+    );
+    // Errors still name the operation that failed, whatever its position.
+    let err = apply_json_patch(
+        &d,
+        &json!([{"op": "test", "path": "/metadata/name", "value": "bomb"},
+                {"op": "remove", "path": "/spec/nope"}]),
+    )
+    .unwrap_err();
+    assert_eq!(
+        err.message(),
+        "remove operation does not apply: doc is missing path: \"/spec/nope\": missing value"
+    );
+}
+
+#[test]
 fn patch_errors_become_statuses() {
     let err = PatchError::Invalid("testing value /spec/replicas failed: test failed".into());
     let api = err.to_api_error();

@@ -107,13 +107,13 @@ pub fn validates(format: &str, s: &str) -> bool {
         "isbn13" => is_isbn13(s),
         "creditcard" => {
             let digits: String = s.chars().filter(char::is_ascii_digit).collect();
-            regex!(r"^(?:4[0-9]{12}(?:[0-9]{3})?|5[1-5][0-9]{14}|6(?:011|5[0-9][0-9])[0-9]{12}|3[47][0-9]{13}|3(?:0[0-5]|[68][0-9])[0-9]{11}|(?:2131|1800|35\d{3})\d{11})$")
+            regex!(r"^(?:4[0-9]{12}(?:[0-9]{3})?|5[1-5][0-9]{14}|6(?:011|5[0-9][0-9])[0-9]{12}|3[47][0-9]{13}|3(?:0[0-5]|[68][0-9])[0-9]{11}|(?:2131|1800|35[0-9]{3})[0-9]{11})$")
                 .is_match(&digits)
         }
-        "ssn" => regex!(r"^\d{3}[- ]?\d{2}[- ]?\d{4}$").is_match(s),
+        "ssn" => regex!(r"^[0-9]{3}[- ]?[0-9]{2}[- ]?[0-9]{4}$").is_match(s),
         "hexcolor" => regex!(r"^#?([0-9a-fA-F]{3}|[0-9a-fA-F]{6})$").is_match(s),
         "rgbcolor" => regex!(
-            r"^rgb\(\s*(0|[1-9]\d?|1\d\d?|2[0-4]\d|25[0-5])\s*,\s*(0|[1-9]\d?|1\d\d?|2[0-4]\d|25[0-5])\s*,\s*(0|[1-9]\d?|1\d\d?|2[0-4]\d|25[0-5])\s*\)$"
+            r"^rgb\([\t\n\f\r ]*(0|[1-9][0-9]?|1[0-9][0-9]?|2[0-4][0-9]|25[0-5])[\t\n\f\r ]*,[\t\n\f\r ]*(0|[1-9][0-9]?|1[0-9][0-9]?|2[0-4][0-9]|25[0-5])[\t\n\f\r ]*,[\t\n\f\r ]*(0|[1-9][0-9]?|1[0-9][0-9]?|2[0-4][0-9]|25[0-5])[\t\n\f\r ]*\)$"
         )
         .is_match(s),
         "byte" => base64::engine::general_purpose::STANDARD.decode(s).is_ok(),
@@ -236,24 +236,25 @@ fn is_isbn13(s: &str) -> bool {
 }
 
 fn is_date(s: &str) -> bool {
-    regex!(r"^\d{4}-\d{2}-\d{2}$").is_match(s) && s.parse::<jiff::civil::Date>().is_ok()
+    regex!(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$").is_match(s) && s.parse::<jiff::civil::Date>().is_ok()
 }
 
 /// strfmt's `date-time`: RFC 3339 (fractional seconds optional), or without a zone.
 fn is_datetime(s: &str) -> bool {
-    if !regex!(r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}(:\d{2}(\.\d+)?)?([Zz]|[+-]\d{2}:?\d{2})?$")
+    if !regex!(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}(:[0-9]{2}(\.[0-9]+)?)?([Zz]|[+-][0-9]{2}:?[0-9]{2})?$")
         .is_match(s)
     {
         return false;
     }
-    let date = &s[..10];
-    date.parse::<jiff::civil::Date>().is_ok()
+    // The pattern admits only ASCII before the time, so the first ten bytes are the date.
+    s.get(..10)
+        .is_some_and(|date| date.parse::<jiff::civil::Date>().is_ok())
 }
 
 /// Go's `time.ParseDuration` (`1h30m`, `1.5s`), or strfmt's `<n> <unit>` form (`22 ns`, `3 days`).
 fn is_duration(s: &str) -> bool {
     regex!(r"^[-+]?([0-9]*(\.[0-9]*)?(ns|us|µs|μs|ms|s|m|h))+$").is_match(s) && s != "+" && s != "-"
-        || regex!(r"^[0-9]+\s*(ns|us|µs|ms|s|m|h|d|w|nanoseconds?|microseconds?|milliseconds?|seconds?|sec|minutes?|min|hours?|hr|days?|weeks?|wk)$")
+        || regex!(r"^[0-9]+[\t\n\f\r ]*(ns|us|µs|ms|s|m|h|d|w|nanoseconds?|microseconds?|milliseconds?|seconds?|sec|minutes?|min|hours?|hr|days?|weeks?|wk)$")
             .is_match(s)
 }
 
@@ -298,6 +299,12 @@ mod tests {
             ("hexcolor", "#fff", true),
             ("rgbcolor", "rgb(255,255,255)", true),
             ("ssn", "123-45-6789", true),
+            // Go's \d is ASCII only: other digits are no date (and once panicked a write by
+            // slicing the date inside a multi-byte character).
+            ("date-time", "٢٠٢٤-01-01T10:00:00Z", false),
+            ("date-time", "2024-01-0١T10:00:00Z", false),
+            ("date", "２０２４-01-01", false),
+            ("ssn", "١٢٣-45-6789", false),
         ];
         for (format, value, ok) in cases {
             assert_eq!(validates(format, value), ok, "{format} {value}");

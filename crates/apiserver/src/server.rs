@@ -9,7 +9,7 @@ use std::sync::Arc;
 use apimachinery::status::ApiError;
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
-use http_body_util::{BodyExt, Limited};
+use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use rustls::pki_types::pem::PemObject;
@@ -171,8 +171,51 @@ pub async fn serve(
     })
 }
 
-/// Bodies are read up to this size before answering 413 (a larger one is cut off).
-const DRAIN_LIMIT: usize = 64 * 1024 * 1024;
+/// After a body passed the limit, this much more is read and dropped (never kept) so an HTTP/1.1
+/// client still sending gets its 413 rather than a reset connection; past it the connection is cut.
+const DISCARD_LIMIT: usize = 64 * 1024 * 1024;
+
+/// Reads a request body of at most `limit` bytes. A larger one is a 413 and is not buffered: what
+/// follows the limit is discarded as it arrives (up to [`DISCARD_LIMIT`]).
+async fn read_body(mut body: Incoming, limit: usize) -> Result<Bytes, ApiError> {
+    let mut buf = bytes::BytesMut::new();
+    let mut over = 0usize;
+    while let Some(frame) = body.frame().await {
+        let frame = frame
+            .map_err(|e| ApiError::bad_request(format!("cannot read the request body: {e}")))?;
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        if over == 0 && buf.len() + data.len() <= limit {
+            buf.extend_from_slice(&data);
+            continue;
+        }
+        // Over the limit: drop what was kept and only count from here on.
+        buf = bytes::BytesMut::new();
+        over = over.saturating_add(data.len()).max(1);
+        if over > DISCARD_LIMIT {
+            break;
+        }
+    }
+    if over > 0 {
+        return Err(ApiError::request_entity_too_large(format!(
+            "the request body is over the limit of {limit} bytes"
+        )));
+    }
+    Ok(buf.freeze())
+}
+
+/// Reads and drops a body nobody will use (up to [`DISCARD_LIMIT`]), so a client still sending
+/// it reads our answer instead of a broken pipe.
+async fn discard_body(mut body: Incoming) {
+    let mut seen = 0usize;
+    while let Some(Ok(frame)) = body.frame().await {
+        seen = seen.saturating_add(frame.data_ref().map_or(0, |d| d.len()));
+        if seen > DISCARD_LIMIT {
+            break;
+        }
+    }
+}
 
 const PUBLIC_PATHS: &[&str] = &["/healthz", "/livez", "/readyz", "/version"];
 
@@ -215,35 +258,21 @@ async fn handle(
     }
     let (parts, body) = req.into_parts();
     let query = Query::parse(parts.uri.query());
-    // Read past the limit (to a hard cap) so the client gets its 413 instead of a reset connection.
-    let body = match Limited::new(body, DRAIN_LIMIT).collect().await {
-        Ok(collected) => collected.to_bytes(),
-        Err(e) => {
-            let err = if e
-                .downcast_ref::<http_body_util::LengthLimitError>()
-                .is_some()
-            {
-                ApiError::request_entity_too_large("the request body is over the limit of 3 MiB")
-            } else {
-                ApiError::bad_request(format!("cannot read the request body: {e}"))
-            };
-            return response::error_response(&err);
-        }
-    };
-    if body.len() > decode_limit() {
-        return response::error_response(&ApiError::request_entity_too_large(format!(
-            "the request body is over the limit of {} bytes",
-            decode_limit()
-        )));
-    }
-    let started = std::time::Instant::now();
+    // Authorized before the body is read, so an unauthorized client cannot make us buffer it.
     let target = match request::parse(&parts.method, &path, &query) {
         Ok(target) => target,
         Err(e) => return response::error_response(&ApiError::bad_request(e)),
     };
     if let Err(e) = crate::authz::check(api, &user, &parts.method, &target, &path) {
+        discard_body(body).await;
         return response::error_response(&e);
     }
+    let limit = decode_limit();
+    let body = match read_body(body, limit).await {
+        Ok(body) => body,
+        Err(e) => return response::error_response(&e),
+    };
+    let started = std::time::Instant::now();
     let resp = match route(api, &user, &target, &path, &query, &parts.headers, body).await {
         Ok(resp) => resp,
         Err(e) => response::error_response(&e),

@@ -1,7 +1,8 @@
 //! Requests that once took the API server down (issue 20's list), refused or handled with a
 //! `Status` while the server keeps serving: a JSON patch whose copies double an object (413, the
 //! object unchanged), grace periods too large for a timestamp (accepted, saturated at year 9999,
-//! no panic), and a custom resource `date-time` written with non-ASCII digits (422).
+//! no panic), a custom resource `date-time` written with non-ASCII digits (422), and a large body
+//! from a client that may not write (403 before the body is kept: not a 413).
 
 mod support;
 
@@ -113,6 +114,32 @@ fn hostile_requests_are_refused_and_the_server_stays_up() {
                 "at": "2024-01-01T10:00:00Z"}"#,
         ),
     );
+    // An anonymous client is refused (403) before its body is read: not buffered, so not a 413.
+    support::runtime().block_on(async {
+        let kubeconfig =
+            kube::config::Kubeconfig::read_from(c.data_dir().join("admin.kubeconfig")).unwrap();
+        let mut config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
+            .await
+            .unwrap();
+        config.auth_info = Default::default();
+        let anonymous = kube::Client::try_from(config).unwrap();
+        let body = vec![b' '; 8 * 1024 * 1024];
+        let req = http::Request::builder()
+            .method("POST")
+            .uri("/api/v1/namespaces/default/configmaps")
+            .header("Content-Type", "application/json")
+            .body(body)
+            .unwrap();
+        match anonymous.request_text(req).await {
+            Err(kube::Error::Api(status)) => assert_eq!(
+                (status.code, status.reason.as_str()),
+                (403, "Forbidden"),
+                "{}",
+                status.message
+            ),
+            other => panic!("expected 403, got {other:?}"),
+        }
+    });
     // Still serving.
     assert_eq!(c.kubectl(&["get", "--raw", "/readyz"]), "ok");
 }

@@ -18,6 +18,7 @@ pub mod crd;
 pub mod discovery;
 pub mod filter;
 pub mod flowcontrol;
+pub mod healthz;
 pub mod internal;
 pub mod kubelet_client;
 pub mod metrics;
@@ -140,6 +141,8 @@ pub struct ApiServer {
     pub pod_network_namespace: Option<PathBuf>,
     /// How ComponentStatuses probe the scheduler and controller manager.
     pub components: rest::componentstatus::Components,
+    /// What `/livez` and `/readyz` report besides storage.
+    pub health: healthz::Health,
 }
 
 impl ApiServer {
@@ -248,6 +251,7 @@ pub async fn start_with_metrics(
         kubelet,
         pod_network_namespace: config.pod_network_namespace.clone(),
         components: Default::default(),
+        health: Default::default(),
     });
     let current = store.current_revision().await.map_err(|e| e.to_string())?;
     tokio::spawn(caches.clone().run(store.clone()));

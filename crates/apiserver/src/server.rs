@@ -54,6 +54,7 @@ impl Running {
     /// Stops serving: no new connections, open ones (watches included) are closed, background work
     /// stops and the store is closed, releasing its files, so the data dir can be opened again.
     pub async fn shutdown(self) {
+        self.api.health.begin_shutdown();
         self.shutdown.send_replace(true);
         self.compactor.abort();
         let _ = self.accept.await;
@@ -231,6 +232,9 @@ async fn handle(
     req: Request<Incoming>,
 ) -> Response<Body> {
     let path = req.uri().path().to_string();
+    if crate::healthz::endpoint(&path).is_some() {
+        return crate::healthz::serve(api, &path, req.uri().query()).await;
+    }
     if is_public(&path) {
         return public(&path);
     }

@@ -240,6 +240,11 @@ impl Cluster {
     pub fn data_dir(&self) -> &Path {
         self.dir.path()
     }
+
+    /// The etcd process of an etcd-backed cluster.
+    pub fn etcd_pid(&self) -> Option<u32> {
+        self.etcd.as_ref().map(|e| e.pid())
+    }
 }
 
 impl Drop for Cluster {

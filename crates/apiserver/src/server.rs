@@ -144,7 +144,11 @@ pub async fn serve(
                     .and_then(authn::user_from_certificate);
                 let service = hyper::service::service_fn(move |req| {
                     let (api, cert_user) = (api.clone(), cert_user.clone());
-                    async move { Ok::<_, std::convert::Infallible>(handle(&api, cert_user, req).await) }
+                    async move {
+                        let what = format!("{} {}", req.method(), req.uri().path());
+                        let handled = handle(&api, cert_user, req);
+                        Ok::<_, std::convert::Infallible>(recover_panics(handled, &what).await)
+                    }
                 });
                 let mut builder =
                     hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
@@ -170,6 +174,33 @@ pub async fn serve(
         accept,
         compactor,
     })
+}
+
+/// Upstream's `WithPanicRecovery`: a handler that panics answers 500 (and is logged) instead of
+/// dropping the connection, and the server goes on; one bad request never takes it down.
+async fn recover_panics(
+    handled: impl std::future::Future<Output = Response<Body>>,
+    what: &str,
+) -> Response<Body> {
+    use futures::FutureExt;
+    match std::panic::AssertUnwindSafe(handled).catch_unwind().await {
+        Ok(resp) => resp,
+        Err(panic) => {
+            let reason = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            tracing::error!(request = what, panic = %reason, "a request handler panicked");
+            response::bytes_response(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "text/plain; charset=utf-8",
+                Bytes::from_static(
+                    b"This request caused apiserver to panic. Look in the logs for details.\n",
+                ),
+            )
+        }
+    }
 }
 
 /// After a body passed the limit, this much more is read and dropped (never kept) so an HTTP/1.1
@@ -409,5 +440,31 @@ async fn route(
             crate::openapi::handler::serve(api, &snap(), path, query, headers)
         }
         Target::NonResource => Err(not_found()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_panicking_handler_answers_500() {
+        let ok = recover_panics(
+            async { response::bytes_response(StatusCode::OK, "text/plain", Bytes::new()) },
+            "GET /ok",
+        )
+        .await;
+        assert_eq!(ok.status(), StatusCode::OK);
+        let index = 7usize;
+        let panicked = recover_panics(
+            async move {
+                let v: Vec<u8> = Vec::new();
+                let _ = v[index];
+                response::bytes_response(StatusCode::OK, "text/plain", Bytes::new())
+            },
+            "GET /boom",
+        )
+        .await;
+        assert_eq!(panicked.status(), StatusCode::INTERNAL_SERVER_ERROR);
     }
 }

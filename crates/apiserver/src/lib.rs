@@ -21,6 +21,7 @@ pub mod flowcontrol;
 pub mod healthz;
 pub mod internal;
 pub mod kubelet_client;
+pub mod maxinflight;
 pub mod metrics;
 pub mod objects;
 pub mod openapi;
@@ -88,6 +89,10 @@ pub struct Config {
     pub enable_admission_plugins: Vec<String>,
     /// `--disable-admission-plugins`.
     pub disable_admission_plugins: Vec<String>,
+    /// `--max-requests-inflight` (0: no limit).
+    pub max_requests_inflight: usize,
+    /// `--max-mutating-requests-inflight` (0: no limit).
+    pub max_mutating_requests_inflight: usize,
 }
 
 impl Config {
@@ -111,6 +116,8 @@ impl Config {
             pod_network_namespace: None,
             enable_admission_plugins: Vec::new(),
             disable_admission_plugins: Vec::new(),
+            max_requests_inflight: 400,
+            max_mutating_requests_inflight: 200,
         }
     }
 }
@@ -143,6 +150,8 @@ pub struct ApiServer {
     pub components: rest::componentstatus::Components,
     /// What `/livez` and `/readyz` report besides storage.
     pub health: healthz::Health,
+    /// Seats for requests in flight (see [`maxinflight`]).
+    pub inflight: maxinflight::MaxInFlight,
 }
 
 impl ApiServer {
@@ -252,6 +261,10 @@ pub async fn start_with_metrics(
         pod_network_namespace: config.pod_network_namespace.clone(),
         components: Default::default(),
         health: Default::default(),
+        inflight: maxinflight::MaxInFlight::new(
+            config.max_requests_inflight,
+            config.max_mutating_requests_inflight,
+        ),
     });
     let current = store.current_revision().await.map_err(|e| e.to_string())?;
     tokio::spawn(caches.clone().run(store.clone()));

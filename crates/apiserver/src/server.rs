@@ -302,6 +302,26 @@ async fn handle(
         discard_body(body).await;
         return response::error_response(&e);
     }
+    let long_running = matches!(&target, Target::Resource(r) if r.verb == request::Verb::Watch);
+    let _seat = match api
+        .inflight
+        .admit(&parts.method, long_running, &user.groups)
+    {
+        Ok(seat) => seat,
+        Err(crate::maxinflight::TooManyRequests) => {
+            discard_body(body).await;
+            let mut resp = response::bytes_response(
+                StatusCode::TOO_MANY_REQUESTS,
+                "text/plain; charset=utf-8",
+                Bytes::from_static(b"Too many requests, please try again later.\n"),
+            );
+            resp.headers_mut().insert(
+                http::header::RETRY_AFTER,
+                http::HeaderValue::from_static("1"),
+            );
+            return resp;
+        }
+    };
     let limit = decode_limit();
     let body = match read_body(body, limit).await {
         Ok(body) => body,

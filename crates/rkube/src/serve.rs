@@ -43,6 +43,13 @@ pub struct ServeArgs {
     /// the authorizer; with false they get 401.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     anonymous_auth: bool,
+    /// Most non-mutating requests in flight at once, past which clients get 429 (0: no limit;
+    /// watches do not count, system:masters is never refused).
+    #[arg(long, default_value_t = 400)]
+    max_requests_inflight: usize,
+    /// Most mutating requests in flight at once (0: no limit).
+    #[arg(long, default_value_t = 200)]
+    max_mutating_requests_inflight: usize,
     /// Admission plugins to run besides the default ones, comma-separated (upstream's names).
     #[arg(long, value_delimiter = ',')]
     enable_admission_plugins: Vec<String>,
@@ -164,6 +171,8 @@ impl ServeArgs {
         config.token_auth_file = self.token_auth_file.clone();
         config.authorization_mode = apiserver::authz::Mode::parse(&self.authorization_mode)?;
         config.anonymous_auth = self.anonymous_auth;
+        config.max_requests_inflight = self.max_requests_inflight;
+        config.max_mutating_requests_inflight = self.max_mutating_requests_inflight;
         config.enable_admission_plugins = self.enable_admission_plugins.clone();
         config.disable_admission_plugins = self.disable_admission_plugins.clone();
         config.service_account_issuer = self.service_account_issuer.clone();

@@ -10,7 +10,8 @@
 //! `serviceAccountToken` needs the API server's TokenRequest API, and without it the mount fails with
 //! a clear event, as upstream's would. PersistentVolumeClaim and generic ephemeral volumes mount
 //! their bound PV when it is a directory on the node ([`persistent`]); other volume types (NFS,
-//! CSI, ...) fail the mount.
+//! CSI, ...) fail the mount. emptyDir and local volumes are given to the pod's `fsGroup`
+//! ([`ownership`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::os::unix::fs::PermissionsExt;
@@ -24,6 +25,7 @@ use kube::Api;
 
 use crate::envvars;
 
+pub mod ownership;
 pub mod persistent;
 
 /// A volume ready to mount.
@@ -313,6 +315,9 @@ impl VolumeManager {
             std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
             std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777))
                 .map_err(|e| format!("{}: {e}", dir.display()))?;
+            if let Some((group, on_root_mismatch)) = ownership::fs_group(pod) {
+                ownership::set_volume_ownership(&dir, group, on_root_mismatch, false)?;
+            }
             return Ok(MountedVolume {
                 host_path: dir,
                 read_only: false,
@@ -434,10 +439,24 @@ impl VolumeManager {
             .await
             .map_err(|e| format!("failed to fetch PV {pv_name:?} from API server: {e}"))?
             .ok_or_else(|| format!("failed to fetch PV {pv_name:?} from API server: not found"))?;
-        let (claim, volume) = (claim.clone(), volume.clone());
-        tokio::task::spawn_blocking(move || persistent::mount_volume(&claim, &volume, read_only))
-            .await
-            .map_err(|e| e.to_string())?
+        // Local volumes are handed to the pod's fsGroup as upstream's local plugin does (hostPath
+        // volumes are not: upstream leaves their ownership alone).
+        let fs_group = ownership::fs_group(pod)
+            .filter(|_| volume.spec.as_ref().is_some_and(|s| s.local.is_some()) && !read_only);
+        tokio::task::spawn_blocking(move || {
+            let mounted = persistent::mount_volume(&claim, &volume, read_only)?;
+            if let Some((group, on_root_mismatch)) = fs_group {
+                ownership::set_volume_ownership(
+                    &mounted.host_path,
+                    group,
+                    on_root_mismatch,
+                    false,
+                )?;
+            }
+            Ok(mounted)
+        })
+        .await
+        .map_err(|e| e.to_string())?
     }
 
     /// Removes a pod's volumes and directory (after its containers are gone).

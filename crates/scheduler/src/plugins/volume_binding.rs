@@ -48,6 +48,10 @@ struct State {
     bound: Vec<String>,
     /// Unbound WaitForFirstConsumer claims.
     to_bind: Vec<Arc<PersistentVolumeClaim>>,
+    /// For each claim of `to_bind`, the available volumes that fit it on any node, smallest
+    /// first: found once per pod, so each node's Filter only checks their node affinity (listing,
+    /// parsing and sorting every PV per node made a pod's cycle O(nodes x PVs)).
+    candidates: Vec<Vec<Arc<PersistentVolume>>>,
 }
 
 impl VolumeBinding {
@@ -75,9 +79,10 @@ fn request(pvc: &PersistentVolumeClaim) -> i64 {
         .unwrap_or(0)
 }
 
-/// Whether an available PV can hold the claim on this node (upstream `FindMatchingVolume`, in
-/// short: class, capacity, access modes, volume mode, label selector and node affinity).
-fn pv_fits(pv: &PersistentVolume, pvc: &PersistentVolumeClaim, node: &NodeInfo) -> bool {
+/// Whether an available PV can hold the claim on some node (upstream `FindMatchingVolume`, in
+/// short: class, capacity, access modes, volume mode and label selector; node affinity is
+/// [`pv_node_matches`]).
+fn pv_fits(pv: &PersistentVolume, pvc: &PersistentVolumeClaim, requested: i64) -> bool {
     let (Some(ps), Some(cs)) = (pv.spec.as_ref(), pvc.spec.as_ref()) else {
         return false;
     };
@@ -94,7 +99,7 @@ fn pv_fits(pv: &PersistentVolume, pvc: &PersistentVolumeClaim, node: &NodeInfo) 
         .and_then(|c| c.get("storage"))
         .and_then(|q| parse_quantity(&q.0).ok())
         .unwrap_or(0);
-    if capacity < request(pvc) {
+    if capacity < requested {
         return false;
     }
     let modes = ps.access_modes.clone().unwrap_or_default();
@@ -111,7 +116,32 @@ fn pv_fits(pv: &PersistentVolume, pvc: &PersistentVolumeClaim, node: &NodeInfo) 
             return false;
         }
     }
-    pv_node_matches(pv, node)
+    true
+}
+
+fn capacity(pv: &PersistentVolume) -> i64 {
+    pv.spec
+        .as_ref()
+        .and_then(|s| s.capacity.as_ref())
+        .and_then(|c| c.get("storage"))
+        .and_then(|q| parse_quantity(&q.0).ok())
+        .unwrap_or(0)
+}
+
+/// The available volumes that fit `pvc` on some node, smallest first (as upstream picks the
+/// smallest volume that fits), then by name.
+fn candidates(
+    pvs: &[Arc<PersistentVolume>],
+    pvc: &PersistentVolumeClaim,
+) -> Vec<Arc<PersistentVolume>> {
+    let requested = request(pvc);
+    let mut fit: Vec<(i64, Arc<PersistentVolume>)> = pvs
+        .iter()
+        .filter(|pv| pv_fits(pv, pvc, requested))
+        .map(|pv| (capacity(pv), pv.clone()))
+        .collect();
+    fit.sort_by(|a, b| (a.0, &a.1.metadata.name).cmp(&(b.0, &b.1.metadata.name)));
+    fit.into_iter().map(|(_, pv)| pv).collect()
 }
 
 fn pv_node_matches(pv: &PersistentVolume, node: &NodeInfo) -> bool {
@@ -208,6 +238,10 @@ impl PreFilterPlugin for VolumeBinding {
                 Status::UnschedulableAndUnresolvable(ERR_UNBOUND_IMMEDIATE.into()),
             );
         }
+        if !s.to_bind.is_empty() {
+            let pvs = self.handle.listers.pvs.list();
+            s.candidates = s.to_bind.iter().map(|c| candidates(&pvs, c)).collect();
+        }
         state.write(STATE_KEY, s);
         (None, Status::Success)
     }
@@ -264,20 +298,9 @@ impl VolumeBinding {
     /// node for is provisioned there (and fits no other node); the others get distinct available
     /// PVs that fit on the node, else are provisioned if their class can.
     fn find_matches(&self, s: &State, node: &NodeInfo) -> Option<Plan> {
-        let mut pvs: Vec<Arc<PersistentVolume>> = self.handle.listers.pvs.list();
-        // Smallest first, as upstream picks the smallest volume that fits.
-        let size = |pv: &PersistentVolume| {
-            pv.spec
-                .as_ref()
-                .and_then(|s| s.capacity.as_ref())
-                .and_then(|c| c.get("storage"))
-                .and_then(|q| parse_quantity(&q.0).ok())
-                .unwrap_or(0)
-        };
-        pvs.sort_by_key(|pv| (size(pv), pv.metadata.name.clone()));
         let mut taken: BTreeMap<String, ()> = BTreeMap::new();
         let mut plan = Plan::default();
-        for pvc in &s.to_bind {
+        for (i, pvc) in s.to_bind.iter().enumerate() {
             let selected = pvc
                 .metadata
                 .annotations
@@ -290,9 +313,9 @@ impl VolumeBinding {
                 plan.provision.push(pvc.clone());
                 continue;
             }
-            let found = pvs.iter().find(|pv| {
-                let name = pv.metadata.name.clone().unwrap_or_default();
-                !taken.contains_key(&name) && pv_fits(pv, pvc, node)
+            let found = s.candidates.get(i).into_iter().flatten().find(|pv| {
+                let name = pv.metadata.name.as_deref().unwrap_or("");
+                !taken.contains_key(name) && pv_node_matches(pv, node)
             });
             match found {
                 Some(pv) => {

@@ -343,6 +343,33 @@ pub const CONTROLLERS: &[ControllerDescriptor] = &[
         },
     },
     ControllerDescriptor {
+        name: "persistentvolume-expander-controller",
+        alias: "persistentvolume-expander",
+        enabled_by_default: true,
+        workers: 1,
+        run: |c| {
+            Box::pin(volume::expand::run(
+                c.client.clone(),
+                &c.factory,
+                volume::in_tree_provisioners(&c.options),
+                c.workers,
+            ))
+        },
+    },
+    ControllerDescriptor {
+        name: "ephemeral-volume-controller",
+        alias: "ephemeral-volume",
+        enabled_by_default: true,
+        workers: 5,
+        run: |c| {
+            Box::pin(volume::ephemeral::run(
+                c.client.clone(),
+                &c.factory,
+                c.workers,
+            ))
+        },
+    },
+    ControllerDescriptor {
         name: "persistentvolumeclaim-protection-controller",
         alias: "pvc-protection",
         enabled_by_default: true,

@@ -170,6 +170,11 @@ fn create_dir(dir: &Path) -> std::io::Result<()> {
 }
 
 impl Provisioner for LocalPath {
+    /// A directory has no size to change: growing a claim is bookkeeping only.
+    fn can_expand(&self) -> bool {
+        true
+    }
+
     fn provision<'a>(
         &'a self,
         request: ProvisionRequest<'a>,

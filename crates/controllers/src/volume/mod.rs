@@ -4,6 +4,8 @@
 //!   that binds claims to volumes, provisions and reclaims them.
 //! - [`localpath`]: the in-tree `rkube.io/local-path` provisioner, registered when
 //!   `ControllerOptions::local_path_dir` is set (by `rkube server`).
+//! - [`ephemeral`]: claims for pods' generic ephemeral volumes.
+//! - [`expand`]: the volume expander (grown claims).
 //! - [`protection`]: the PVC and PV protection controllers, which remove the
 //!   `kubernetes.io/pvc-protection` and `kubernetes.io/pv-protection` finalizers the
 //!   StorageObjectInUseProtection admission plugin puts on every claim and volume, once nothing
@@ -13,6 +15,8 @@
 //! (`k8s.io/component-helpers/storage/volume`), class helpers and the index of pods by the claims
 //! they use (`pkg/controller/volume/common`'s `PodPVCIndex`).
 
+pub mod ephemeral;
+pub mod expand;
 pub mod localpath;
 pub mod persistentvolume;
 pub mod protection;

@@ -55,6 +55,12 @@ pub trait Provisioner: Send + Sync {
         request: ProvisionRequest<'a>,
     ) -> BoxFuture<'a, Result<PersistentVolume, ProvisionError>>;
 
+    /// Whether its volumes grow in the controller alone (upstream's in-tree `ExpandableVolumePlugin`
+    /// without node expansion); the expander then finishes a claim's resize itself.
+    fn can_expand(&self) -> bool {
+        false
+    }
+
     /// Deletes the storage of a released volume it provisioned.
     fn delete<'a>(&'a self, volume: &'a PersistentVolume)
         -> BoxFuture<'a, Result<(), DeleteError>>;

@@ -370,6 +370,19 @@ pub const CONTROLLERS: &[ControllerDescriptor] = &[
         },
     },
     ControllerDescriptor {
+        name: "attachdetach-controller",
+        alias: "attachdetach",
+        enabled_by_default: true,
+        workers: 1,
+        run: |c| {
+            Box::pin(volume::attachdetach::run(
+                c.client.clone(),
+                &c.factory,
+                volume::attachdetach::Options::default(),
+            ))
+        },
+    },
+    ControllerDescriptor {
         name: "persistentvolumeclaim-protection-controller",
         alias: "pvc-protection",
         enabled_by_default: true,

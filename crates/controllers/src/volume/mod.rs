@@ -15,6 +15,7 @@
 //! (`k8s.io/component-helpers/storage/volume`), class helpers and the index of pods by the claims
 //! they use (`pkg/controller/volume/common`'s `PodPVCIndex`).
 
+pub mod attachdetach;
 pub mod ephemeral;
 pub mod expand;
 pub mod localpath;

@@ -249,7 +249,9 @@ fn node_object(config: &SimConfig, state: &NodeState, index: usize) -> Result<Va
     Ok(json!({
         "apiVersion": "v1", "kind": "Node",
         "metadata": {"name": state.name, "labels": labels,
-                     "annotations": {"node.alpha.kubernetes.io/ttl": "0"}},
+                     // As the kubelet: attach/detach of the node's volumes is the controller's.
+                     "annotations": {"node.alpha.kubernetes.io/ttl": "0",
+                                     "volumes.kubernetes.io/controller-managed-attach-detach": "true"}},
         "spec": spec,
         "status": {
             "capacity": resources, "allocatable": resources,

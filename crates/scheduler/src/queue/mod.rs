@@ -4,6 +4,11 @@
 //! the plugins that rejected them registered for (upstream's queueing hints, by event type only) or
 //! for the periodic flush (5 minutes), and the gated pods that PreEnqueue kept out (scheduling gates),
 //! which only an update of the pod itself brings back.
+//!
+//! As upstream with `SchedulerPopFromBackoffQ` (beta and on by default since 1.33): when activeQ is
+//! empty, `pop` takes the pod backing off after an unschedulable attempt whose backoff ends first
+//! (ends rounded down to 1 s windows, then priority, then enqueue time) instead of idling; pods
+//! backing off after an error wait their backoff out.
 
 mod nominator;
 
@@ -82,8 +87,8 @@ struct Inner {
     /// Keys in `active` and the seq of their live heap entry (others are stale).
     queued: HashMap<String, u64>,
     pods: HashMap<String, PodState>,
-    /// Pods waiting out their backoff: ready time.
-    backoff: HashMap<String, Instant>,
+    /// Pods waiting out their backoff.
+    backoff: HashMap<String, Backoff>,
     /// Pods that did not fit, since when.
     unschedulable: HashMap<String, Instant>,
     /// Pods PreEnqueue keeps out.
@@ -92,6 +97,18 @@ struct Inner {
     in_flight: HashMap<String, Vec<ClusterEvent>>,
     seq: u64,
 }
+
+/// A pod backing off.
+#[derive(Clone, Copy)]
+struct Backoff {
+    ready: Instant,
+    /// It failed with an error rather than not fitting (upstream's podErrorBackoffQ): never popped
+    /// before `ready`.
+    error: bool,
+}
+
+/// Upstream `backoffOrderingWindowDuration`: backoff ends this close are ordered by priority.
+const BACKOFF_ORDERING_WINDOW: Duration = Duration::from_secs(1);
 
 /// Decides whether an event may help a pod of a profile rejected by some plugins.
 pub type Interest<'a> = &'a dyn Fn(usize, &HashSet<&'static str>, &ClusterEvent) -> bool;
@@ -102,6 +119,10 @@ pub struct SchedulingQueue {
     sort: Option<Arc<dyn Plugin>>,
     initial_backoff: Duration,
     max_backoff: Duration,
+    /// `SchedulerPopFromBackoffQ`.
+    pop_from_backoff: bool,
+    /// The origin of the backoff ordering windows.
+    epoch: Instant,
 }
 
 impl Default for SchedulingQueue {
@@ -112,6 +133,8 @@ impl Default for SchedulingQueue {
             sort: None,
             initial_backoff: INITIAL_BACKOFF,
             max_backoff: MAX_BACKOFF,
+            pop_from_backoff: true,
+            epoch: Instant::now(),
         }
     }
 }
@@ -134,6 +157,13 @@ impl SchedulingQueue {
     pub fn with_backoff(mut self, initial: Duration, max: Duration) -> SchedulingQueue {
         self.initial_backoff = initial;
         self.max_backoff = max.max(initial);
+        self
+    }
+
+    /// Whether an idle scheduler takes pods from the backoff queue early (the
+    /// `SchedulerPopFromBackoffQ` feature gate; on by default).
+    pub fn with_pop_from_backoff(mut self, enabled: bool) -> SchedulingQueue {
+        self.pop_from_backoff = enabled;
         self
     }
 
@@ -207,16 +237,16 @@ impl SchedulingQueue {
                     // Skip stale heap entries of keys removed or re-queued.
                     if q.queued.get(&e.info.key) == Some(&e.info.seq) {
                         q.queued.remove(&e.info.key);
-                        q.in_flight.insert(e.info.key.clone(), Vec::new());
-                        if let Some(st) = q.pods.get_mut(&e.info.key) {
-                            st.attempts += 1;
-                        }
-                        return e.info.key;
+                        return Self::start(&mut q, e.info.key);
                     }
+                }
+                if let Some(key) = self.early_backoff_pod(&q) {
+                    q.backoff.remove(&key);
+                    return Self::start(&mut q, key);
                 }
                 q.backoff
                     .values()
-                    .map(|t| t.saturating_duration_since(Instant::now()))
+                    .map(|b| b.ready.saturating_duration_since(Instant::now()))
                     .min()
                     .unwrap_or(Duration::from_secs(1))
             };
@@ -227,13 +257,41 @@ impl SchedulingQueue {
         }
     }
 
+    /// Hands `key` to a scheduling cycle.
+    fn start(q: &mut Inner, key: String) -> String {
+        q.in_flight.insert(key.clone(), Vec::new());
+        if let Some(st) = q.pods.get_mut(&key) {
+            st.attempts += 1;
+        }
+        key
+    }
+
+    /// The pod to pop from the backoff queue while activeQ is empty, if enabled (upstream orders its
+    /// backoffQ by the backoff end's window, then priority, then enqueue time).
+    fn early_backoff_pod(&self, q: &Inner) -> Option<String> {
+        if !self.pop_from_backoff {
+            return None;
+        }
+        let window = BACKOFF_ORDERING_WINDOW.as_millis().max(1);
+        q.backoff
+            .iter()
+            .filter(|(_, b)| !b.error)
+            .filter_map(|(k, b)| {
+                let st = q.pods.get(k)?;
+                let bucket = b.ready.saturating_duration_since(self.epoch).as_millis() / window;
+                Some(((bucket, std::cmp::Reverse(st.priority), st.timestamp), k))
+            })
+            .min()
+            .map(|(_, k)| k.clone())
+    }
+
     /// Moves due backoff pods and long-waiting unschedulable ones to activeQ.
     fn flush(&self, q: &mut Inner) {
         let now = Instant::now();
         let due: Vec<String> = q
             .backoff
             .iter()
-            .filter(|(_, t)| **t <= now)
+            .filter(|(_, b)| b.ready <= now)
             .map(|(k, _)| k.clone())
             .collect();
         for k in due {
@@ -278,7 +336,13 @@ impl SchedulingQueue {
         let ready = Instant::now() + self.backoff_for(st.attempts);
         st.rejected_by = plugins;
         if moved {
-            q.backoff.insert(key.to_string(), ready);
+            q.backoff.insert(
+                key.to_string(),
+                Backoff {
+                    ready,
+                    error: false,
+                },
+            );
         } else {
             q.unschedulable.insert(key.to_string(), Instant::now());
         }
@@ -300,7 +364,8 @@ impl SchedulingQueue {
         });
         st.rejected_by.clear();
         let ready = now + self.backoff_for(st.attempts.max(1));
-        q.backoff.insert(key.to_string(), ready);
+        q.backoff
+            .insert(key.to_string(), Backoff { ready, error: true });
         drop(q);
         self.notify.notify_one();
     }
@@ -330,7 +395,13 @@ impl SchedulingQueue {
             if ready <= now {
                 self.push(&mut q, &k);
             } else {
-                q.backoff.insert(k, ready);
+                q.backoff.insert(
+                    k,
+                    Backoff {
+                        ready,
+                        error: false,
+                    },
+                );
             }
         }
         drop(q);
@@ -489,6 +560,55 @@ mod tests {
         q.add("p", 0, 0);
         assert_eq!(q.pop().await, "p");
         q.error("p", 0, 0);
+        assert_eq!(q.pending(), (0, 1, 0));
+    }
+
+    /// A pod that did not fit, then an event that may help it: it backs off for 10 s.
+    async fn backing_off(q: &SchedulingQueue, key: &str, priority: i32) {
+        q.add(key, priority, 0);
+        assert_eq!(q.pop().await, key);
+        q.on_event(
+            ClusterEvent::new(EventResource::Pod, action::DELETE),
+            &interest,
+        );
+        q.unschedulable(key, plugins(&["Fit"]), &interest);
+    }
+
+    #[tokio::test]
+    async fn an_idle_queue_pops_unschedulable_pods_from_backoff_early() {
+        let q = SchedulingQueue::default()
+            .with_backoff(Duration::from_secs(10), Duration::from_secs(10));
+        backing_off(&q, "low", 0).await;
+        backing_off(&q, "high", 100).await;
+        assert_eq!(q.pending(), (0, 2, 0));
+        let pop = || tokio::time::timeout(Duration::from_secs(2), q.pop());
+        // Both backoffs end in the same window: priority decides.
+        assert_eq!(pop().await.unwrap(), "high");
+        assert_eq!(pop().await.unwrap(), "low");
+        // activeQ goes first.
+        backing_off(&q, "backoff", 100).await;
+        q.add("active", 0, 0);
+        assert_eq!(pop().await.unwrap(), "active");
+        assert_eq!(pop().await.unwrap(), "backoff");
+    }
+
+    #[tokio::test]
+    async fn errors_and_the_gate_off_wait_out_the_backoff() {
+        let q = SchedulingQueue::default()
+            .with_backoff(Duration::from_secs(10), Duration::from_secs(10));
+        q.add("p", 0, 0);
+        assert_eq!(q.pop().await, "p");
+        q.error("p", 0, 0);
+        assert!(tokio::time::timeout(Duration::from_millis(300), q.pop())
+            .await
+            .is_err());
+        let q = SchedulingQueue::default()
+            .with_backoff(Duration::from_secs(10), Duration::from_secs(10))
+            .with_pop_from_backoff(false);
+        backing_off(&q, "p", 0).await;
+        assert!(tokio::time::timeout(Duration::from_millis(300), q.pop())
+            .await
+            .is_err());
         assert_eq!(q.pending(), (0, 1, 0));
     }
 

@@ -214,6 +214,21 @@ mod tests {
             .find(|b| b["metadata"]["name"] == "cluster-admin")
             .unwrap();
         assert_eq!(masters["subjects"][0]["name"], "system:masters");
+        // The aggregation controller may rewrite any ClusterRole, as upstream grants.
+        let aggregator = "system:controller:clusterrole-aggregation-controller";
+        assert_eq!(
+            role(&roles, aggregator)["rules"][0],
+            json!({"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["clusterroles"],
+                "verbs": ["escalate", "get", "list", "patch", "update", "watch"]})
+        );
+        let binding = bindings
+            .iter()
+            .find(|b| b["metadata"]["name"] == aggregator)
+            .unwrap();
+        assert_eq!(
+            binding["subjects"],
+            json!([{"kind": "ServiceAccount", "name": "clusterrole-aggregation-controller", "namespace": "kube-system"}])
+        );
         // Every binding names a role of the policy.
         for b in &bindings {
             role(&roles, b["roleRef"]["name"].as_str().unwrap());

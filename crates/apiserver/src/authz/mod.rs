@@ -121,7 +121,9 @@ pub struct Authorizer {
     index: RwLock<rbac::Index>,
 }
 
-const PRIVILEGED_GROUP: &str = "system:masters";
+/// Upstream's `user.SystemPrivilegedGroup`: allowed everything, by the authorizer and the RBAC escalation
+/// checks alike.
+pub const PRIVILEGED_GROUP: &str = "system:masters";
 
 impl Authorizer {
     pub fn new(mode: Mode) -> Authorizer {
@@ -163,7 +165,31 @@ impl Authorizer {
         Some(index.rules_for(user, namespace))
     }
 
-    fn update(&self, f: impl FnOnce(&mut rbac::Index)) {
+    /// The user's RBAC rules in `namespace` with the resolution errors, for the escalation checks
+    /// (upstream's `DefaultRuleResolver.RulesFor` over the same data the authorizer reads).
+    pub fn resolve_rules(
+        &self,
+        user: &UserInfo,
+        namespace: &str,
+    ) -> (Vec<rbac::Rule>, Vec<String>) {
+        let index = self.index.read().unwrap_or_else(|e| e.into_inner());
+        index.resolve(user, namespace)
+    }
+
+    /// The rules of the role a binding in `namespace` names, if the index holds it.
+    pub fn role_reference_rules(
+        &self,
+        kind: &str,
+        namespace: &str,
+        name: &str,
+    ) -> Option<Vec<rbac::Rule>> {
+        let index = self.index.read().unwrap_or_else(|e| e.into_inner());
+        index
+            .role_reference_rules(kind, namespace, name)
+            .map(<[rbac::Rule]>::to_vec)
+    }
+
+    pub(crate) fn update(&self, f: impl FnOnce(&mut rbac::Index)) {
         let mut index = self.index.write().unwrap_or_else(|e| e.into_inner());
         f(&mut index);
     }

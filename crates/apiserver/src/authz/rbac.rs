@@ -211,7 +211,8 @@ pub enum Kind {
     RoleBinding,
 }
 
-fn rules_of(obj: &Value) -> Vec<Rule> {
+/// The `rules` of a Role or ClusterRole.
+pub fn rules_of(obj: &Value) -> Vec<Rule> {
     obj["rules"]
         .as_array()
         .into_iter()
@@ -277,16 +278,31 @@ impl Index {
         self.cluster_roles.get(name).map_or(&[], Vec::as_slice)
     }
 
-    fn role_rules(&self, binding: &Binding) -> Option<&Vec<Rule>> {
-        match binding.role_kind.as_str() {
-            "ClusterRole" => self.cluster_roles.get(&binding.role_name),
-            // A ClusterRoleBinding may only name a ClusterRole.
-            "Role" if !binding.namespace.is_empty() => self
-                .roles
-                .get(&binding.namespace)
-                .and_then(|m| m.get(&binding.role_name)),
+    /// The rules of the role a binding in `namespace` names (upstream `GetRoleReferenceRules`): a
+    /// ClusterRole, or a Role of that namespace (so never for a ClusterRoleBinding, whose namespace
+    /// is empty); `None` when it does not exist.
+    pub fn role_reference_rules(&self, kind: &str, namespace: &str, name: &str) -> Option<&[Rule]> {
+        match kind {
+            "ClusterRole" => self.cluster_roles.get(name),
+            "Role" => self.roles.get(namespace).and_then(|m| m.get(name)),
             _ => None,
         }
+        .map(Vec::as_slice)
+    }
+
+    fn role_rules(&self, binding: &Binding) -> Option<&[Rule]> {
+        self.role_reference_rules(&binding.role_kind, &binding.namespace, &binding.role_name)
+    }
+
+    /// ClusterRoleBindings, then the RoleBindings of `namespace`.
+    fn bindings_for(&self, namespace: &str) -> impl Iterator<Item = &Binding> {
+        let local = self
+            .role_bindings
+            .get(namespace)
+            .filter(|_| !namespace.is_empty())
+            .into_iter()
+            .flat_map(|m| m.values());
+        self.cluster_role_bindings.values().chain(local)
     }
 
     /// Calls `visit` with each binding that applies to the user (cluster-wide ones, then those of
@@ -297,14 +313,7 @@ impl Index {
         namespace: &str,
         mut visit: impl FnMut(&Binding, &Subject, &[Rule]) -> bool,
     ) {
-        let cluster = self.cluster_role_bindings.values();
-        let local = self
-            .role_bindings
-            .get(namespace)
-            .filter(|_| !namespace.is_empty())
-            .into_iter()
-            .flat_map(|m| m.values());
-        for binding in cluster.chain(local) {
+        for binding in self.bindings_for(namespace) {
             let Some(subject) = binding
                 .subjects
                 .iter()
@@ -355,6 +364,43 @@ impl Index {
             false
         });
         all
+    }
+
+    /// [`Index::rules_for`] and upstream `RulesFor`'s resolution errors: one per binding that applies
+    /// to the user but names a role that does not exist, worded as the registry's 404, ordered as
+    /// upstream lists bindings (cluster-wide ones, then by name).
+    pub fn resolve(&self, user: &UserInfo, namespace: &str) -> (Vec<Rule>, Vec<String>) {
+        let mut rules = Vec::new();
+        let mut missing = Vec::new();
+        for binding in self.bindings_for(namespace) {
+            if !binding
+                .subjects
+                .iter()
+                .any(|s| s.applies_to(user, &binding.namespace))
+            {
+                continue;
+            }
+            match self.role_rules(binding) {
+                Some(found) => rules.extend(found.iter().cloned()),
+                None => missing.push((!binding.namespace.is_empty(), &binding.name, binding)),
+            }
+        }
+        missing.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
+        let errors = missing
+            .into_iter()
+            .map(|(_, _, b)| match b.role_kind.as_str() {
+                "Role" => format!(
+                    "roles.rbac.authorization.k8s.io {:?} not found",
+                    b.role_name
+                ),
+                "ClusterRole" => format!(
+                    "clusterroles.rbac.authorization.k8s.io {:?} not found",
+                    b.role_name
+                ),
+                kind => format!("unsupported role reference kind: {kind:?}"),
+            })
+            .collect();
+        (rules, errors)
     }
 }
 
@@ -581,5 +627,40 @@ mod tests {
         assert_eq!(idx.rules_for(&carol, "dev").len(), 1);
         idx.apply(Kind::ClusterRoleBinding, "", "viewers", None);
         assert!(idx.rules_for(&carol, "dev").is_empty());
+    }
+
+    #[test]
+    fn resolution_reports_bindings_to_missing_roles() {
+        let mut idx = index();
+        let alice = user("alice", &[]);
+        assert_eq!(
+            idx.resolve(&alice, "dev"),
+            (idx.rules_for(&alice, "dev"), vec![])
+        );
+        idx.apply(Kind::Role, "dev", "cm-writer", None);
+        idx.apply(
+            Kind::ClusterRoleBinding,
+            "",
+            "gone",
+            Some(&json!({"metadata": {"name": "gone"}, "roleRef": {"kind": "ClusterRole", "name": "nothing"},
+                "subjects": [{"kind": "User", "name": "alice"}]})),
+        );
+        let (rules, errors) = idx.resolve(&alice, "dev");
+        assert!(rules.is_empty());
+        assert_eq!(
+            errors,
+            [
+                "clusterroles.rbac.authorization.k8s.io \"nothing\" not found",
+                "roles.rbac.authorization.k8s.io \"cm-writer\" not found"
+            ]
+        );
+        // Bindings that do not name the user are not resolved.
+        assert_eq!(idx.resolve(&user("bob", &[]), "prod"), (vec![], vec![]));
+        assert_eq!(
+            idx.role_reference_rules("ClusterRole", "dev", "view")
+                .map(<[Rule]>::len),
+            Some(1)
+        );
+        assert!(idx.role_reference_rules("Role", "", "cm-writer").is_none());
     }
 }

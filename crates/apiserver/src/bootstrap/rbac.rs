@@ -8,8 +8,9 @@
 //! Reconciliation as upstream, simplified: an existing object whose autoupdate annotation is not
 //! `"false"` gets the labels, annotations, rules (aggregation selectors for aggregated roles) and
 //! subjects it lacks; nothing it has is removed. Upstream compares rules by coverage; here a rule is
-//! missing unless an identical one exists. Upstream's per-controller `system:controller:*` roles are not
-//! created: rkube's controllers run as `system:masters`.
+//! missing unless an identical one exists. Of upstream's per-controller `system:controller:*` roles only
+//! the clusterrole-aggregation controller's is created (it holds `escalate` on ClusterRoles, which
+//! the RBAC escalation checks look for): rkube's controllers run as `system:masters`.
 
 use std::sync::Arc;
 

@@ -12,8 +12,10 @@ pub mod batch;
 pub mod certificates;
 pub mod core;
 pub mod generic;
+pub mod rbac;
 
 use apimachinery::resources::Resource;
+use apimachinery::status::ApiError;
 use serde_json::Value;
 
 pub use generic::{CustomResourceStrategy, GenericStrategy};
@@ -34,6 +36,7 @@ pub enum GcPolicy {
 /// `RESTDeleteStrategy`, `GarbageCollectionDeleteStrategy`, plus what rkube's handlers branch on).
 /// Every hook has the generic store's behaviour as its default. Object-safe: looked up as
 /// `&'static dyn Strategy`.
+#[async_trait::async_trait]
 pub trait Strategy: Send + Sync {
     /// Resets what a client may not set on create (metadata the server owns, the status).
     fn prepare_for_create(&self, resource: &Resource, obj: &mut Value) {
@@ -58,6 +61,19 @@ pub trait Strategy: Send + Sync {
     /// The `approval` subresource; `false` when the kind has none.
     fn prepare_for_approval_update(&self, _new: &mut Value, _old: &Value) -> bool {
         false
+    }
+
+    /// Refuses a write that authorizing the request alone does not settle (upstream's
+    /// `policybased` storages wrapping a kind's store: RBAC's privilege-escalation checks). Called
+    /// with the requesting user in `ctx` on create (`old` is `None`) and on updates of the main
+    /// resource (`old` is the stored object), after mutating admission and before validation.
+    async fn authorize_write(
+        &self,
+        _ctx: &crate::rest::Ctx<'_>,
+        _obj: &Value,
+        _old: Option<&Value>,
+    ) -> Result<(), ApiError> {
+        Ok(())
     }
 
     /// Normalizes an object after validation, before it is stored (upstream `Canonicalize`).
@@ -121,6 +137,8 @@ pub fn strategy_for(group: &str, resource: &str) -> &'static dyn Strategy {
         ("batch", "jobs") => &batch::job::JobStrategy,
         ("certificates.k8s.io", "certificatesigningrequests") => &certificates::csr::CsrStrategy,
         ("apiextensions.k8s.io", "customresourcedefinitions") => &apiextensions::crd::CrdStrategy,
+        (rbac::GROUP, "roles" | "clusterroles") => &rbac::role::RoleStrategy,
+        (rbac::GROUP, "rolebindings" | "clusterrolebindings") => &rbac::binding::BindingStrategy,
         _ => &GENERIC,
     }
 }

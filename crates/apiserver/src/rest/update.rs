@@ -159,6 +159,9 @@ async fn attempt(
         .admission
         .admit(ctx.api, &attrs, &mut new, Some(&old))
         .await?;
+    if sub.is_none() {
+        strategy.authorize_write(ctx, &new, Some(&old)).await?;
+    }
     if !manager.is_empty() {
         let now = objects::now_rfc3339();
         let tracked = match sub {

@@ -129,6 +129,7 @@ async fn create_tracked(ctx: &Ctx<'_>, mut obj: Value, track: bool) -> Result<By
         .admission
         .admit(ctx.api, &attrs, &mut obj, None)
         .await?;
+    strategy.authorize_write(ctx, &obj, None).await?;
     let manager = field_manager(ctx)?;
     if track && !manager.is_empty() {
         // As upstream, a create owns what it set, defaulted fields included.

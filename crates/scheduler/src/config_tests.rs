@@ -31,7 +31,10 @@ fn defaults_are_upstreams() {
             "NodeAffinity",
             "NodePorts",
             "NodeResourcesFit",
+            "VolumeRestrictions",
+            "NodeVolumeLimits",
             "VolumeBinding",
+            "VolumeZone",
             "PodTopologySpread",
             "InterPodAffinity"
         ]
@@ -46,6 +49,20 @@ fn defaults_are_upstreams() {
             "InterPodAffinity",
             "NodeResourcesBalancedAllocation",
             "ImageLocality"
+        ]
+    );
+    assert_eq!(
+        at(&c, 0, "preFilter"),
+        [
+            "NodeAffinity",
+            "NodePorts",
+            "NodeResourcesFit",
+            "VolumeRestrictions",
+            "NodeVolumeLimits",
+            "VolumeBinding",
+            "VolumeZone",
+            "PodTopologySpread",
+            "InterPodAffinity"
         ]
     );
     assert_eq!(at(&c, 0, "postFilter"), ["DefaultPreemption"]);
@@ -123,7 +140,7 @@ profiles:
     assert_eq!(c.parallelism, Some(4));
     assert_eq!(c.profiles[1].percentage_of_nodes_to_score, Some(100));
     assert!(at(&c, 1, "score").is_empty());
-    assert_eq!(at(&c, 1, "filter").len(), 9);
+    assert_eq!(at(&c, 1, "filter").len(), 12);
     assert!(!at(&c, 2, "filter").contains(&"NodePorts".to_string()));
     // Explicit score entries override the multiPoint ones and come first, in their order.
     assert_eq!(
@@ -223,7 +240,7 @@ fn profiles_that_do_not_build() {
         "profiles:\n- plugins:\n    bind:\n      disabled:\n      - name: DefaultBinder\n";
     assert!(build(no_binder).unwrap_err().contains("bind plugin"));
     let unimplemented_disabled =
-        "profiles:\n- plugins:\n    filter:\n      disabled:\n      - name: VolumeZone\n";
+        "profiles:\n- plugins:\n    filter:\n      disabled:\n      - name: DynamicResources\n";
     assert!(build(unimplemented_disabled).is_ok());
 }
 

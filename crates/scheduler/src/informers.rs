@@ -14,7 +14,7 @@ use k8s_openapi::api::core::v1::{
     Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, ReplicationController, Service,
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 
 use crate::cache::pod_key;
 use crate::framework::{action, ClusterEvent, EventResource, Listers, PodInfo};
@@ -27,6 +27,7 @@ pub(crate) struct Informers {
     pvcs: Arc<SharedInformer<PersistentVolumeClaim>>,
     pvs: Arc<SharedInformer<PersistentVolume>>,
     storage_classes: Arc<SharedInformer<StorageClass>>,
+    csi_nodes: Arc<SharedInformer<CSINode>>,
     namespaces: Arc<SharedInformer<Namespace>>,
     pdbs: Arc<SharedInformer<PodDisruptionBudget>>,
     services: Arc<SharedInformer<Service>>,
@@ -124,6 +125,7 @@ impl Informers {
             pvcs: factory.informer::<PersistentVolumeClaim>(),
             pvs: factory.informer::<PersistentVolume>(),
             storage_classes: factory.informer::<StorageClass>(),
+            csi_nodes: factory.informer::<CSINode>(),
             namespaces: factory.informer::<Namespace>(),
             pdbs: factory.informer::<PodDisruptionBudget>(),
             services: factory.informer::<Service>(),
@@ -139,6 +141,7 @@ impl Informers {
             pvcs: self.pvcs.store(),
             pvs: self.pvs.store(),
             storage_classes: self.storage_classes.store(),
+            csi_nodes: self.csi_nodes.store(),
             namespaces: self.namespaces.store(),
             pdbs: self.pdbs.store(),
             services: self.services.store(),
@@ -244,6 +247,7 @@ impl Informers {
         on_changes!(self.pvcs, EventResource::PersistentVolumeClaim);
         on_changes!(self.pvs, EventResource::PersistentVolume);
         on_changes!(self.storage_classes, EventResource::StorageClass);
+        on_changes!(self.csi_nodes, EventResource::CSINode);
         on_changes!(self.namespaces, EventResource::Namespace);
         self.factory.start();
         self.factory.wait_for_cache_sync().await;

@@ -24,6 +24,8 @@ pub enum EventResource {
     PersistentVolumeClaim,
     PersistentVolume,
     StorageClass,
+    /// `storage.k8s.io/v1` CSINode (the per-node CSI drivers and their volume limits).
+    CSINode,
     Namespace,
 }
 

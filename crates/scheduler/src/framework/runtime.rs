@@ -13,7 +13,7 @@ use k8s_openapi::api::core::v1::{
     Namespace, PersistentVolume, PersistentVolumeClaim, Pod, ReplicationController, Service,
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
-use k8s_openapi::api::storage::v1::StorageClass;
+use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use tokio::sync::oneshot;
 
 use super::parallelize::Parallelizer;
@@ -30,6 +30,7 @@ pub struct Listers {
     pub pvcs: Arc<Store<PersistentVolumeClaim>>,
     pub pvs: Arc<Store<PersistentVolume>>,
     pub storage_classes: Arc<Store<StorageClass>>,
+    pub csi_nodes: Arc<Store<CSINode>>,
     pub namespaces: Arc<Store<Namespace>>,
     pub pdbs: Arc<Store<PodDisruptionBudget>>,
     pub services: Arc<Store<Service>>,

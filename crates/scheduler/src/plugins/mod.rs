@@ -15,6 +15,7 @@ pub mod node_name;
 pub mod node_ports;
 pub mod node_resources_fit;
 pub mod node_unschedulable;
+pub mod node_volume_limits;
 pub mod pod_topology_spread;
 pub mod priority_sort;
 pub mod scheduling_gates;
@@ -22,6 +23,8 @@ pub mod taint_toleration;
 #[cfg(test)]
 pub(crate) mod testutil;
 pub mod volume_binding;
+pub mod volume_restrictions;
+pub mod volume_zone;
 
 use std::sync::Arc;
 
@@ -35,11 +38,14 @@ pub use node_name::NodeName;
 pub use node_ports::NodePorts;
 pub use node_resources_fit::NodeResourcesFit;
 pub use node_unschedulable::NodeUnschedulable;
+pub use node_volume_limits::NodeVolumeLimits;
 pub use pod_topology_spread::PodTopologySpread;
 pub use priority_sort::PrioritySort;
 pub use scheduling_gates::SchedulingGates;
 pub use taint_toleration::TaintToleration;
 pub use volume_binding::VolumeBinding;
+pub use volume_restrictions::VolumeRestrictions;
+pub use volume_zone::VolumeZone;
 
 use crate::framework::{Handle, Plugin, Status};
 
@@ -55,7 +61,8 @@ pub fn reasons(status: &Status) -> impl Iterator<Item = &str> {
 }
 
 /// Upstream's default profile (`getDefaultPlugins`, multiPoint) in order, with score weights.
-/// VolumeRestrictions, NodeVolumeLimits and VolumeZone are upstream defaults rkube does not have.
+/// DynamicResources, which upstream inserts before DefaultPreemption (its feature gate is on by
+/// default since 1.34), is not implemented.
 pub const DEFAULT_PLUGINS: &[(&str, i64)] = &[
     ("SchedulingGates", 0),
     ("PrioritySort", 0),
@@ -65,7 +72,10 @@ pub const DEFAULT_PLUGINS: &[(&str, i64)] = &[
     ("NodeAffinity", 2),
     ("NodePorts", 0),
     ("NodeResourcesFit", 1),
+    ("VolumeRestrictions", 0),
+    ("NodeVolumeLimits", 0),
     ("VolumeBinding", 0),
+    ("VolumeZone", 0),
     ("PodTopologySpread", 2),
     ("InterPodAffinity", 2),
     ("DefaultPreemption", 0),
@@ -75,13 +85,7 @@ pub const DEFAULT_PLUGINS: &[(&str, i64)] = &[
 ];
 
 /// Upstream in-tree plugins that rkube does not implement: they may be disabled, not enabled.
-pub const UNIMPLEMENTED: &[&str] = &[
-    "VolumeRestrictions",
-    "NodeVolumeLimits",
-    "VolumeZone",
-    "DynamicResources",
-    "NodeDeclaredFeatures",
-];
+pub const UNIMPLEMENTED: &[&str] = &["DynamicResources", "NodeDeclaredFeatures"];
 
 /// Reads plugin args (a `*Args` object; `apiVersion`/`kind` are allowed and ignored).
 fn args<T: serde::de::DeserializeOwned + Default>(
@@ -120,7 +124,10 @@ pub fn new_plugin(
         "NodeAffinity" => Arc::new(NodeAffinity),
         "NodePorts" => Arc::new(NodePorts),
         "NodeResourcesFit" => Arc::new(NodeResourcesFit::from_args(args(name, a)?)?),
+        "VolumeRestrictions" => Arc::new(VolumeRestrictions::new(h)),
+        "NodeVolumeLimits" => Arc::new(NodeVolumeLimits::new(h)),
         "VolumeBinding" => Arc::new(VolumeBinding::new(h)),
+        "VolumeZone" => Arc::new(VolumeZone::new(h)),
         "PodTopologySpread" => Arc::new(PodTopologySpread::new(args(name, a)?, h)?),
         "InterPodAffinity" => Arc::new(InterPodAffinity::new(args(name, a)?, h)?),
         "DefaultPreemption" => Arc::new(DefaultPreemption::new(args(name, a)?, h)?),
@@ -181,7 +188,7 @@ mod tests {
             .err()
             .unwrap()
             .contains("does not exist"));
-        assert!(new_plugin("VolumeZone", None, &h)
+        assert!(new_plugin("DynamicResources", None, &h)
             .err()
             .unwrap()
             .contains("not implemented"));

@@ -240,42 +240,11 @@ impl FilterPlugin for NodeVolumeLimits {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plugins::testutil::{node, node_info, pod, st_of};
+    use crate::plugins::testutil::{handle_with, node, node_info, pod, st_of};
     use serde_json::{json, Value};
 
     const DRIVER: &str = "ebs.csi.aws.com";
     const OTHER: &str = "pd.csi.storage.gke.io";
-
-    fn handle(objects: &[Value]) -> Handle {
-        let h = Handle::default();
-        for o in objects {
-            let v = o.clone();
-            match o["kind"].as_str() {
-                Some("PersistentVolumeClaim") => {
-                    h.listers
-                        .pvcs
-                        .upsert(Arc::new(serde_json::from_value(v).unwrap()));
-                }
-                Some("PersistentVolume") => {
-                    h.listers
-                        .pvs
-                        .upsert(Arc::new(serde_json::from_value(v).unwrap()));
-                }
-                Some("StorageClass") => {
-                    h.listers
-                        .storage_classes
-                        .upsert(Arc::new(serde_json::from_value(v).unwrap()));
-                }
-                Some("CSINode") => {
-                    h.listers
-                        .csi_nodes
-                        .upsert(Arc::new(serde_json::from_value(v).unwrap()));
-                }
-                _ => panic!("unexpected {o}"),
-            }
-        }
-        h
-    }
 
     /// A claim bound to `volume` (or unbound with `class`).
     fn pvc(name: &str, volume: Option<&str>, class: Option<&str>) -> Value {
@@ -416,7 +385,7 @@ mod tests {
             ),
         ];
         for (name, existing, new, want) in cases {
-            let nvl = NodeVolumeLimits::new(handle(&standard_objects()));
+            let nvl = NodeVolumeLimits::new(handle_with(&standard_objects()));
             let pods = existing
                 .iter()
                 .enumerate()
@@ -446,7 +415,7 @@ mod tests {
             ],
         ]
         .concat();
-        let nvl = NodeVolumeLimits::new(handle(&objects));
+        let nvl = NodeVolumeLimits::new(handle_with(&objects));
         let plain = |name: &str| node_info(node(name, json!({}), json!({}), json!({})), vec![]);
         let p = pod_with_claims("new", &["a", "b", "c"]);
         let mut st = st_of(&[]);
@@ -502,7 +471,7 @@ mod tests {
             ],
         ]
         .concat();
-        let nvl = NodeVolumeLimits::new(handle(&objects));
+        let nvl = NodeVolumeLimits::new(handle_with(&objects));
         let n1 = node_info(
             node("n1", json!({}), json!({}), json!({})),
             vec![pod_with_claims("old", &["a"]), eph("e1", "u1")],

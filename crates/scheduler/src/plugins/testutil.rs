@@ -1,11 +1,12 @@
-//! Builders for plugin tests: pods and nodes from JSON fragments.
+//! Builders for plugin tests: pods and nodes from JSON fragments, a handle whose listers hold
+//! storage objects.
 
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{Node, Pod};
 use serde_json::{json, Value};
 
-use crate::framework::NodeInfo;
+use crate::framework::{Handle, NodeInfo};
 
 /// A pod named `name` whose `spec` is `spec` (containers default to one empty container).
 pub fn pod(name: &str, mut spec: Value) -> Pod {
@@ -76,4 +77,31 @@ pub fn st_of(nodes: &[NodeInfo]) -> crate::framework::CycleState {
     crate::framework::CycleState::new(Arc::new(crate::cache::Snapshot::new(
         nodes.iter().cloned().map(Arc::new).collect(),
     )))
+}
+
+/// A handle whose listers hold `objects` (claims, volumes, classes and CSINodes, told apart by
+/// `kind`).
+pub fn handle_with(objects: &[Value]) -> Handle {
+    fn parse<T: serde::de::DeserializeOwned>(o: &Value) -> Arc<T> {
+        Arc::new(serde_json::from_value(o.clone()).unwrap())
+    }
+    let h = Handle::default();
+    for o in objects {
+        match o["kind"].as_str() {
+            Some("PersistentVolumeClaim") => {
+                h.listers.pvcs.upsert(parse(o));
+            }
+            Some("PersistentVolume") => {
+                h.listers.pvs.upsert(parse(o));
+            }
+            Some("StorageClass") => {
+                h.listers.storage_classes.upsert(parse(o));
+            }
+            Some("CSINode") => {
+                h.listers.csi_nodes.upsert(parse(o));
+            }
+            _ => panic!("unexpected {o}"),
+        }
+    }
+    h
 }

@@ -555,33 +555,8 @@ impl PreBindPlugin for VolumeBinding {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plugins::testutil::{labeled_node, pod, st_of};
+    use crate::plugins::testutil::{handle_with, labeled_node, pod, st_of};
     use serde_json::{json, Value};
-
-    fn handle(objects: &[Value]) -> Handle {
-        let h = Handle::default();
-        for o in objects {
-            match o["kind"].as_str() {
-                Some("PersistentVolumeClaim") => {
-                    h.listers
-                        .pvcs
-                        .upsert(Arc::new(serde_json::from_value(o.clone()).unwrap()));
-                }
-                Some("PersistentVolume") => {
-                    h.listers
-                        .pvs
-                        .upsert(Arc::new(serde_json::from_value(o.clone()).unwrap()));
-                }
-                Some("StorageClass") => {
-                    h.listers
-                        .storage_classes
-                        .upsert(Arc::new(serde_json::from_value(o.clone()).unwrap()));
-                }
-                _ => panic!("unexpected {o}"),
-            }
-        }
-        h
-    }
 
     fn pvc(name: &str, volume: Option<&str>, class: Option<&str>) -> Value {
         json!({"kind": "PersistentVolumeClaim", "metadata": {"name": name, "namespace": "default"},
@@ -711,7 +686,7 @@ mod tests {
             ),
         ];
         for (name, objects, claims, want_pre, want1, want2) in cases {
-            let vb = VolumeBinding::new(handle(&objects));
+            let vb = VolumeBinding::new(handle_with(&objects));
             let p = pod_with_claims(&claims);
             let mut st = st_of(&nodes);
             let (_, pre) = vb.pre_filter(&mut st, &p);
@@ -766,7 +741,7 @@ mod tests {
             ),
         ];
         for (i, (objects, want1, want2)) in cases.into_iter().enumerate() {
-            let vb = VolumeBinding::new(handle(&objects));
+            let vb = VolumeBinding::new(handle_with(&objects));
             let p = pod_with_claims(&["c"]);
             let mut st = st_of(&nodes);
             let (_, pre) = vb.pre_filter(&mut st, &p);
@@ -780,7 +755,7 @@ mod tests {
     fn deleting_claim() {
         let mut c = pvc("c", Some("v"), None);
         c["metadata"]["deletionTimestamp"] = json!("2024-01-01T00:00:00Z");
-        let vb = VolumeBinding::new(handle(&[c]));
+        let vb = VolumeBinding::new(handle_with(&[c]));
         let (_, s) = vb.pre_filter(&mut st_of(&[]), &pod_with_claims(&["c"]));
         assert_eq!(
             s,

@@ -243,34 +243,8 @@ impl FilterPlugin for VolumeZone {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::plugins::testutil::{labeled_node, pod, st_of};
+    use crate::plugins::testutil::{handle_with, labeled_node, pod, st_of};
     use serde_json::{json, Value};
-
-    fn handle(objects: &[Value]) -> Handle {
-        let h = Handle::default();
-        for o in objects {
-            let v = o.clone();
-            match o["kind"].as_str() {
-                Some("PersistentVolumeClaim") => {
-                    h.listers
-                        .pvcs
-                        .upsert(Arc::new(serde_json::from_value(v).unwrap()));
-                }
-                Some("PersistentVolume") => {
-                    h.listers
-                        .pvs
-                        .upsert(Arc::new(serde_json::from_value(v).unwrap()));
-                }
-                Some("StorageClass") => {
-                    h.listers
-                        .storage_classes
-                        .upsert(Arc::new(serde_json::from_value(v).unwrap()));
-                }
-                _ => panic!("unexpected {o}"),
-            }
-        }
-        h
-    }
 
     fn pvc(name: &str, volume: Option<&str>, class: Option<&str>) -> Value {
         json!({"kind": "PersistentVolumeClaim", "metadata": {"name": name, "namespace": "default"},
@@ -402,7 +376,7 @@ mod tests {
             ),
         ];
         for (name, claims, want_pre, want) in cases {
-            let vz = VolumeZone::new(handle(&objects()));
+            let vz = VolumeZone::new(handle_with(&objects()));
             let p = pod_with_claims(&claims);
             let mut st = st_of(&nodes);
             let (_, pre) = vz.pre_filter(&mut st, &p);
@@ -444,7 +418,7 @@ mod tests {
         ];
         let node = labeled_node("zone-a", json!({LABEL_ZONE: "us-a"}));
         for (claim, want) in cases {
-            let vz = VolumeZone::new(handle(&objects()));
+            let vz = VolumeZone::new(handle_with(&objects()));
             let p = pod_with_claims(&["a", claim]);
             let (_, pre) = vz.pre_filter(&mut st_of(&[]), &p);
             assert_eq!(pre, unresolvable(want), "{claim}");
@@ -461,7 +435,7 @@ mod tests {
         let mut claim = pvc("annotated", None, None);
         claim["metadata"]["annotations"] =
             json!({"volume.beta.kubernetes.io/storage-class": "wffc"});
-        let vz = VolumeZone::new(handle(&[
+        let vz = VolumeZone::new(handle_with(&[
             claim,
             class("wffc", Some("WaitForFirstConsumer")),
         ]));

@@ -5,6 +5,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use apimachinery::go_format::{quote as go_quote, quote_list as go_quote_list};
+
 use crate::authn::UserInfo;
 use crate::authz::rbac::Rule;
 
@@ -120,38 +122,6 @@ pub fn compact(rules: Vec<Rule>) -> Vec<Rule> {
     }
     compacted.extend(simple.into_values());
     compacted
-}
-
-/// Go's `strconv.Quote` (what `%q` prints) for the strings RBAC carries.
-pub fn go_quote(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\u{7}' => out.push_str("\\a"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{b}' => out.push_str("\\v"),
-            c if (c as u32) < 0x20 || c == '\u{7f}' => {
-                out.push_str(&format!("\\x{:02x}", c as u32));
-            }
-            c if c.is_control() => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
-/// `%q` of a `[]string`: `["a" "b"]`.
-pub fn go_quote_list(values: &[String]) -> String {
-    let quoted: Vec<String> = values.iter().map(|v| go_quote(v)).collect();
-    format!("[{}]", quoted.join(" "))
 }
 
 /// A rule as upstream's escalation messages print it (`CompactString`):
@@ -392,12 +362,5 @@ mod tests {
         assert!(confirm_no_escalation(&alice(), (&[], &two), &cluster_admin)
             .unwrap_err()
             .ends_with("; resolution errors: [[clusterroles.rbac.authorization.k8s.io \"gone\" not found, roles.rbac.authorization.k8s.io \"r\" not found]]"));
-    }
-
-    #[test]
-    fn go_quoting() {
-        assert_eq!(go_quote("a\"b\\c\n\u{1}é"), "\"a\\\"b\\\\c\\n\\x01é\"");
-        assert_eq!(go_quote_list(&[]), "[]");
-        assert_eq!(go_quote_list(&["".into(), "x".into()]), "[\"\" \"x\"]");
     }
 }

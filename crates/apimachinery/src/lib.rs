@@ -26,6 +26,7 @@ pub mod fields;
 pub mod go_format;
 pub mod labels;
 pub mod patch;
+pub mod podrefs;
 pub mod podsecurity;
 pub mod printers;
 pub mod quantity;

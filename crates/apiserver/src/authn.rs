@@ -38,6 +38,16 @@ impl UserInfo {
     }
 }
 
+/// The node a user is (upstream `NodeIdentity`): `Some(name)` for `system:node:<name>` in group
+/// `system:nodes` (the name may be empty), `None` for everyone else.
+pub fn node_identity(user: &UserInfo) -> Option<&str> {
+    let name = user.name.strip_prefix("system:node:")?;
+    user.groups
+        .iter()
+        .any(|g| g == "system:nodes")
+        .then_some(name)
+}
+
 /// The user named by a verified client certificate: CN is the user, each O a group.
 pub fn user_from_certificate(cert: &CertificateDer<'_>) -> Option<UserInfo> {
     let (_, parsed) = x509_parser::parse_x509_certificate(cert.as_ref()).ok()?;

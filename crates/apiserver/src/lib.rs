@@ -272,6 +272,7 @@ pub async fn start_with_metrics(
         return Err("the watch cache did not load within 60 s".into());
     }
     authz::start(&api);
+    authz::node::start(&api);
     bootstrap::ensure_defaults(&api).await?;
     tokio::spawn(crd::run(api.clone()));
     apiservices::sync(&api, false).await;

@@ -298,7 +298,7 @@ async fn handle(
         Ok(target) => target,
         Err(e) => return response::error_response(&ApiError::bad_request(e)),
     };
-    if let Err(e) = crate::authz::check(api, &user, &parts.method, &target, &path) {
+    if let Err(e) = crate::authz::check(api, &user, &parts.method, &target, &path, &query) {
         discard_body(body).await;
         return response::error_response(&e);
     }

@@ -135,8 +135,28 @@ fn nodes_are_tainted_and_restricted(f: &Fixture) {
     // NodeRestriction: a node labels itself, not another node.
     f.allowed("node-a-token", &["label", "node", "a", "rack=1"]);
     assert_eq!(f.get(&["node", "a"], "{.metadata.labels.rack}"), "1");
+    // `kubectl label` reads the node first, which the Node authorizer refuses; a raw PUT goes
+    // straight to NodeRestriction.
+    let err = f.refused("node-a-token", &["label", "node", "b", "rack=1"], None);
+    assert!(
+        err.ends_with("node 'a' cannot read 'b', only its own Node object"),
+        "{err}"
+    );
+    let node_b = c.kubectl(&[
+        "label",
+        "node",
+        "b",
+        "rack=1",
+        "--dry-run=client",
+        "-o",
+        "json",
+    ]);
     assert_eq!(
-        f.refused("node-a-token", &["label", "node", "b", "rack=1"], None),
+        f.refused(
+            "node-a-token",
+            &["replace", "--raw", "/api/v1/nodes/b", "-f", "-"],
+            Some(&node_b)
+        ),
         "Error from server (Forbidden): nodes \"b\" is forbidden: node \"a\" is not allowed to modify node \"b\""
     );
     let err = f.refused(

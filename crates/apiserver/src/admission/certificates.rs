@@ -50,6 +50,7 @@ pub fn authorized_for_signer(
             namespace: "",
             name,
             path: "",
+            field_selector: "",
         })
         .is_ok()
     };

@@ -134,6 +134,7 @@ pub fn check(
         namespace: attrs.namespace,
         name: attrs.name,
         path: "",
+        field_selector: "",
     };
     if let Err(reason) = authorize(&delete) {
         return Err(attrs.forbidden(
@@ -182,6 +183,7 @@ pub fn check(
                 },
                 name,
                 path: "",
+                field_selector: "",
             };
             if let Err(reason) = authorize(&finalizers) {
                 return Err(attrs.forbidden(

@@ -74,6 +74,7 @@ pub fn resolve(
             namespace,
             name,
             path: "",
+            field_selector: "",
         })
     };
     let service_account = name
@@ -102,6 +103,7 @@ pub fn resolve(
             namespace: "",
             name: value,
             path: "",
+            field_selector: "",
         })?;
     }
     let mut all_groups = groups;

@@ -6,12 +6,12 @@
 //! Modes: `AlwaysAllow`, and `RBAC` (the default of `rkube server`, as of every kubeadm or k3s
 //! cluster): the `system:masters` group is always allowed (upstream's privileged-group authorizer),
 //! otherwise [`rbac`] decides from the Roles, ClusterRoles and bindings kept in memory. `Node` is
-//! accepted for upstream's `Node,RBAC` and grants members of `system:nodes` the `system:node`
-//! ClusterRole's rules; upstream's node authorizer is narrower (a node only reaches objects of its
-//! own pods, through a graph), which rkube does not implement.
+//! accepted for upstream's `Node,RBAC`: [`node`] decides first for kubelets (`system:node:<name>` in
+//! `system:nodes`), from a graph of what their pods name, then RBAC.
 
 pub mod bootstrap_policy;
 pub mod impersonation;
+pub mod node;
 pub mod rbac;
 
 use std::sync::{Arc, RwLock};
@@ -19,7 +19,7 @@ use std::sync::{Arc, RwLock};
 use apimachinery::status::{ApiError, Details};
 
 use crate::authn::UserInfo;
-use crate::request::{ResourceRequest, Target};
+use crate::request::{ResourceRequest, Target, Verb};
 use crate::watch_cache::{EventType, WatchStart};
 use crate::ApiServer;
 
@@ -39,6 +39,9 @@ pub struct Attributes<'a> {
     pub name: &'a str,
     /// The URL path of a non-resource request.
     pub path: &'a str,
+    /// The raw `fieldSelector` of a list or watch ("" when none): the Node authorizer lets kubelets
+    /// list their own pods by `spec.nodeName`.
+    pub field_selector: &'a str,
 }
 
 impl<'a> Attributes<'a> {
@@ -55,6 +58,7 @@ impl<'a> Attributes<'a> {
             namespace: req.namespace.as_deref().unwrap_or(""),
             name: req.name.as_deref().unwrap_or(""),
             path: "",
+            field_selector: "",
         }
     }
 
@@ -71,6 +75,7 @@ impl<'a> Attributes<'a> {
             namespace: "",
             name: "",
             path,
+            field_selector: "",
         }
     }
 }
@@ -119,6 +124,8 @@ impl Mode {
 pub struct Authorizer {
     mode: Mode,
     index: RwLock<rbac::Index>,
+    /// What the Node authorizer reads (kept only in `Node,RBAC` mode).
+    node_graph: RwLock<node::graph::Graph>,
 }
 
 /// Upstream's `user.SystemPrivilegedGroup`: allowed everything, by the authorizer and the RBAC escalation
@@ -130,6 +137,7 @@ impl Authorizer {
         Authorizer {
             mode,
             index: RwLock::default(),
+            node_graph: RwLock::default(),
         }
     }
 
@@ -142,16 +150,33 @@ impl Authorizer {
             return Ok(String::new());
         }
         let index = self.index.read().unwrap_or_else(|e| e.into_inner());
-        if let Some(reason) = index.allowed_by(attrs) {
-            return Ok(reason);
-        }
-        if node && attrs.user.groups.iter().any(|g| g == "system:nodes") {
-            let node_rules = index.cluster_role_rules("system:node");
-            if node_rules.iter().any(|r| r.allows(attrs)) {
-                return Ok("allowed by the Node authorizer".into());
+        // Upstream's union authorizer: the Node authorizer first, for kubelets; then RBAC. A refusal
+        // carries the reasons of those that had one.
+        let mut reason = String::new();
+        if node {
+            if let Some(node_name) = crate::authn::node_identity(attrs.user) {
+                let graph = self.node_graph.read().unwrap_or_else(|e| e.into_inner());
+                let rules = index.cluster_role_rules("system:node");
+                match node::authorize(&graph, node_name, attrs, rules) {
+                    node::Decision::Allow => return Ok(String::new()),
+                    node::Decision::NoOpinion(why) => reason = why,
+                }
             }
         }
-        Err(String::new())
+        if let Some(allowed) = index.allowed_by(attrs) {
+            return Ok(allowed);
+        }
+        Err(reason)
+    }
+
+    /// Whether the Node authorizer runs (and its graph must be kept).
+    pub fn node_enabled(&self) -> bool {
+        self.mode == Mode::Rbac { node: true }
+    }
+
+    pub(crate) fn update_node_graph(&self, f: impl FnOnce(&mut node::graph::Graph)) {
+        let mut graph = self.node_graph.write().unwrap_or_else(|e| e.into_inner());
+        f(&mut graph);
     }
 
     /// The rules that apply to `user` in `namespace` (for SelfSubjectRulesReview); `None` when every
@@ -245,26 +270,52 @@ pub fn forbidden(attrs: &Attributes<'_>, reason: &str) -> ApiError {
     err
 }
 
-/// Checks a parsed request; discovery documents are non-resource paths, as upstream.
+/// Checks a parsed request; discovery documents are non-resource paths, as upstream. A list or
+/// watch with a `metadata.name` field selector names its object, as upstream's RequestInfo sets it
+/// (RBAC `resourceNames` and the Node authorizer then apply to it).
 pub fn check(
     api: &ApiServer,
     user: &UserInfo,
     method: &http::Method,
     target: &Target,
     path: &str,
-) -> Result<(), ApiError> {
+    query: &crate::request::Query,
+) -> Result<String, ApiError> {
     let verb;
+    let selected_name;
     let attrs = match target {
-        Target::Resource(req) => Attributes::resource(user, req),
+        Target::Resource(req) => {
+            let mut attrs = Attributes::resource(user, req);
+            if matches!(req.verb, Verb::List | Verb::Watch) {
+                attrs.field_selector = query.get("fieldSelector").unwrap_or("");
+                selected_name = name_from_field_selector(attrs.field_selector);
+                if let Some(name) = &selected_name {
+                    attrs.name = name;
+                }
+            }
+            attrs
+        }
         _ => {
             verb = path_verb(method);
             Attributes::path(user, &verb, path)
         }
     };
+    // The reason an allowed request has goes to the audit log (`authorization.k8s.io/reason`).
     api.authorizer
         .authorize(&attrs)
-        .map(|_| ())
         .map_err(|reason| forbidden(&attrs, &reason))
+}
+
+/// The object a `metadata.name=<name>` field selector requires, when the name could be one (a valid
+/// path segment, as upstream checks).
+fn name_from_field_selector(selector: &str) -> Option<String> {
+    if selector.is_empty() {
+        return None;
+    }
+    let parsed = apimachinery::fields::parse(selector).ok()?;
+    let name = parsed.requires_exact_match("metadata.name")?;
+    let valid = !name.is_empty() && name != "." && name != ".." && !name.contains(['/', '%']);
+    valid.then(|| name.to_string())
 }
 
 /// Authorizes a connect subresource (log, exec, attach, portforward, proxy). The verb comes from the
@@ -278,7 +329,7 @@ pub fn check_connect(
     user: &UserInfo,
     method: &http::Method,
     target: &crate::connect::Target,
-) -> Result<(), ApiError> {
+) -> Result<String, ApiError> {
     let (resource, subresource) = target.resource();
     let (namespace, name) = target.namespace_and_name();
     let verb = match method.as_str() {
@@ -300,18 +351,22 @@ pub fn check_connect(
         namespace,
         name,
         path: "",
+        field_selector: "",
     };
     let mut verbs = vec![verb.as_str()];
     if verb == "get" && matches!(subresource, "exec" | "attach" | "portforward") {
         verbs.push("create");
     }
+    let mut reason = String::new();
     for verb in verbs {
         let attrs = attrs(verb);
-        api.authorizer
+        reason = api
+            .authorizer
             .authorize(&attrs)
             .map_err(|reason| forbidden(&attrs, &reason))?;
     }
-    Ok(())
+    // The last check's reason, for the audit log.
+    Ok(reason)
 }
 
 const KINDS: [(rbac::Kind, &str, &str); 4] = [

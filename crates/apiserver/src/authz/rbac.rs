@@ -438,6 +438,7 @@ mod tests {
             namespace,
             name,
             path: "",
+            field_selector: "",
         }
     }
 
@@ -453,6 +454,7 @@ mod tests {
             namespace: "",
             name: "",
             path,
+            field_selector: "",
         }
     }
 

@@ -156,6 +156,8 @@ fn access_review(ctx: &Ctx<'_>, user: &UserInfo, spec: &Value) -> Result<Value, 
         );
         let (plural, sub) = (s(resource, "resource"), s(resource, "subresource"));
         let (namespace, name) = (s(resource, "namespace"), s(resource, "name"));
+        // Only the raw form of `fieldSelector` is read; `requirements` are not.
+        let field_selector = s(&resource["fieldSelector"], "rawSelector");
         ctx.api.authorizer.authorize(&Attributes {
             user,
             verb: &verb,
@@ -167,6 +169,7 @@ fn access_review(ctx: &Ctx<'_>, user: &UserInfo, spec: &Value) -> Result<Value, 
             namespace: &namespace,
             name: &name,
             path: "",
+            field_selector: &field_selector,
         })
     } else if path.is_object() {
         let (verb, p) = (s(path, "verb"), s(path, "path"));

@@ -20,7 +20,6 @@ use apimachinery::status::{ApiError, Qualified};
 use serde_json::{Map, Value};
 
 use super::{Attributes, Operation};
-use crate::authn::UserInfo;
 use crate::ApiServer;
 
 mod pods;
@@ -46,15 +45,7 @@ const NODE_RESTRICTION_NAMESPACE: &str = "node-restriction.kubernetes.io";
 /// The most differing fields a PVC status refusal lists.
 const MAX_LISTED_DIFFERENCES: usize = 20;
 
-/// The node a user is (upstream `NodeIdentity`): `Some(name)` for `system:node:<name>` in group
-/// `system:nodes` (the name may be empty), `None` for everyone else.
-pub fn node_identity(user: &UserInfo) -> Option<&str> {
-    let name = user.name.strip_prefix("system:node:")?;
-    user.groups
-        .iter()
-        .any(|g| g == "system:nodes")
-        .then_some(name)
-}
+pub use crate::authn::node_identity;
 
 /// The object `key` of the resource stored under `storage`: from the watch cache, else from
 /// storage (the cache may lag an object written an instant before).

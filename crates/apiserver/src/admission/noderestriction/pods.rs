@@ -1,6 +1,7 @@
 //! NodeRestriction's rules for pods: mirror pods only, deletes, status and evictions only of pods
 //! bound to the node.
 
+use apimachinery::podrefs;
 use apimachinery::status::{ApiError, Qualified};
 use serde_json::Value;
 
@@ -132,7 +133,8 @@ fn check_mirror_pod(
     }
     let volumes = spec["volumes"].as_array().map(Vec::as_slice).unwrap_or(&[]);
     let trust_bundles = volumes.iter().any(|v| {
-        projected_sources(v).any(|s| s.get("clusterTrustBundle").is_some_and(|b| !b.is_null()))
+        podrefs::projected_sources(v)
+            .any(|s| s.get("clusterTrustBundle").is_some_and(|b| !b.is_null()))
     });
     if trust_bundles {
         return refuse(format!(
@@ -150,84 +152,14 @@ fn check_mirror_pod(
     Ok(())
 }
 
-/// Every container of a pod spec: init, regular and ephemeral.
-fn all_containers(spec: &Value) -> impl Iterator<Item = &Value> {
-    ["initContainers", "containers", "ephemeralContainers"]
-        .into_iter()
-        .flat_map(move |list| spec[list].as_array().into_iter().flatten())
-}
-
-fn projected_sources(volume: &Value) -> impl Iterator<Item = &Value> {
-    volume
-        .pointer("/projected/sources")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
-}
-
-fn present(v: &Value, pointer: &str) -> bool {
-    v.pointer(pointer).is_some_and(|x| !x.is_null())
-}
-
-/// Whether the spec names any secret (upstream `VisitPodSecretNames`): image pull secrets, env and
-/// envFrom of any container, and every volume source that takes a secret.
+/// Whether the spec names any secret (upstream `VisitPodSecretNames`).
 pub fn references_secrets(spec: &Value) -> bool {
-    if spec["imagePullSecrets"]
-        .as_array()
-        .is_some_and(|s| !s.is_empty())
-    {
-        return true;
-    }
-    let in_containers = all_containers(spec).any(|c| {
-        c["envFrom"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .any(|e| present(e, "/secretRef"))
-            || c["env"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .any(|e| present(e, "/valueFrom/secretKeyRef"))
-    });
-    let in_volumes = spec["volumes"].as_array().into_iter().flatten().any(|v| {
-        [
-            "/secret",
-            "/azureFile",
-            "/cephfs/secretRef",
-            "/cinder/secretRef",
-            "/flexVolume/secretRef",
-            "/rbd/secretRef",
-            "/scaleIO/secretRef",
-            "/iscsi/secretRef",
-            "/storageos/secretRef",
-            "/csi/nodePublishSecretRef",
-        ]
-        .iter()
-        .any(|p| present(v, p))
-            || projected_sources(v).any(|s| present(s, "/secret"))
-    });
-    in_containers || in_volumes
+    !podrefs::pod_secret_names(spec).is_empty()
 }
 
 /// Whether the spec names any config map (upstream `VisitPodConfigmapNames`).
 pub fn references_config_maps(spec: &Value) -> bool {
-    let in_containers = all_containers(spec).any(|c| {
-        c["envFrom"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .any(|e| present(e, "/configMapRef"))
-            || c["env"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .any(|e| present(e, "/valueFrom/configMapKeyRef"))
-    });
-    let in_volumes = spec["volumes"].as_array().into_iter().flatten().any(|v| {
-        present(v, "/configMap") || projected_sources(v).any(|s| present(s, "/configMap"))
-    });
-    in_containers || in_volumes
+    !podrefs::pod_config_map_names(spec).is_empty()
 }
 
 pub(super) fn check_pod_status(

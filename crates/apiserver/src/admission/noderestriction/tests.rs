@@ -3,6 +3,7 @@
 use super::pods::MIRROR_POD_ANNOTATION;
 use super::*;
 use crate::admission::Outcome;
+use crate::authn::UserInfo;
 use serde_json::json;
 
 fn node_user(name: &str) -> UserInfo {

@@ -35,6 +35,7 @@ pub fn role_escalation_authorized(
         namespace: req.namespace.as_deref().unwrap_or(""),
         name: req.name.as_deref().unwrap_or(""),
         path: "",
+        field_selector: "",
     };
     authorizer.authorize(&attrs).is_ok()
 }
@@ -88,6 +89,7 @@ pub fn binding_authorized(
         namespace,
         name: &role_ref.name,
         path: "",
+        field_selector: "",
     };
     authorizer.authorize(&attrs).is_ok()
 }

@@ -1,0 +1,153 @@
+//! Feeds the node graph from the watch caches (upstream `graph_populator.go`, which uses informers):
+//! pods, persistent volumes, VolumeAttachments and ResourceSlices. Each source is loaded before
+//! [`start`] returns, so a node is never refused for an object the server already holds.
+
+use std::sync::Arc;
+
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::watch_cache::{CacheEvent, EventType, WatchCache, WatchStart};
+use crate::ApiServer;
+
+#[derive(Clone, Copy, Debug)]
+enum Source {
+    Pods,
+    Volumes,
+    Attachments,
+    Slices,
+}
+
+const SOURCES: [(Source, &str, &str); 4] = [
+    (Source::Pods, "", "pods"),
+    (Source::Volumes, "", "persistentvolumes"),
+    (Source::Attachments, "storage.k8s.io", "volumeattachments"),
+    (Source::Slices, "resource.k8s.io", "resourceslices"),
+];
+
+/// Starts following the sources, when the server runs the Node authorizer.
+pub fn start(api: &Arc<ApiServer>) {
+    if !api.authorizer.node_enabled() {
+        return;
+    }
+    let snapshot = api.registry.snapshot();
+    for (source, group, plural) in SOURCES {
+        // The storage prefix of any served version (they share one).
+        let Some(storage) = snapshot
+            .resources
+            .values()
+            .find(|r| r.group == group && r.plural == plural)
+            .map(|r| r.storage.clone())
+        else {
+            continue;
+        };
+        let cache = api.caches.ensure(&storage, group, plural);
+        let api = api.clone();
+        let mut live = follow(&api, source, &cache);
+        tokio::spawn(async move {
+            loop {
+                if let Some(rx) = live.as_mut() {
+                    while let Some((event, event_type)) = rx.recv().await {
+                        apply(&api, source, &event, event_type);
+                    }
+                }
+                // The cache closed a watcher that fell behind: reload this source from scratch.
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                live = follow(&api, source, &cache);
+            }
+        });
+    }
+}
+
+type Live = tokio::sync::mpsc::Receiver<(Arc<CacheEvent>, EventType)>;
+
+fn follow(api: &Arc<ApiServer>, source: Source, cache: &WatchCache) -> Option<Live> {
+    let sub = cache
+        .subscribe(
+            Default::default(),
+            WatchStart::InitialState,
+            api.caches.revision(),
+        )
+        .ok()?;
+    api.authorizer.update_node_graph(|graph| match source {
+        Source::Pods => graph.clear_pods(),
+        Source::Volumes => graph.clear_volumes(),
+        Source::Attachments => graph.clear_attachments(),
+        Source::Slices => graph.clear_slices(),
+    });
+    for (event, event_type) in &sub.initial {
+        apply(api, source, event, *event_type);
+    }
+    Some(sub.live)
+}
+
+fn apply(api: &ApiServer, source: Source, event: &CacheEvent, event_type: EventType) {
+    let json = &event.object.json;
+    let Ok(view) = serde_json::from_slice::<ObjectView>(json) else {
+        return;
+    };
+    let (namespace, name) = (
+        view.metadata.namespace.as_str(),
+        view.metadata.name.as_str(),
+    );
+    let deleted = event_type == EventType::Deleted;
+    api.authorizer.update_node_graph(|graph| match source {
+        Source::Pods => {
+            let pod = (!deleted).then(|| view.pod());
+            graph.set_pod(namespace, name, pod.as_ref())
+        }
+        Source::Volumes => {
+            let pv = (!deleted).then(|| json!({"spec": view.spec}));
+            graph.set_volume(name, pv.as_ref())
+        }
+        Source::Attachments => {
+            graph.set_attachment(name, (!deleted).then_some(()).and(view.node_name()))
+        }
+        Source::Slices => graph.set_slice(name, (!deleted).then_some(()).and(view.node_name())),
+    });
+}
+
+/// The parts of an object the graph reads. Deserializing only these skips the rest (pods' status
+/// and managed fields are most of their bytes) without building it: this runs for every pod write.
+#[derive(Deserialize)]
+struct ObjectView {
+    #[serde(default)]
+    metadata: MetaView,
+    #[serde(default)]
+    spec: Value,
+    #[serde(default)]
+    status: StatusView,
+}
+
+#[derive(Default, Deserialize)]
+struct MetaView {
+    #[serde(default)]
+    namespace: String,
+    #[serde(default)]
+    name: String,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct StatusView {
+    #[serde(default)]
+    resource_claim_statuses: Value,
+    #[serde(default)]
+    extended_resource_claim_status: Value,
+}
+
+impl ObjectView {
+    fn pod(&self) -> Value {
+        json!({
+            "spec": self.spec,
+            "status": {
+                "resourceClaimStatuses": self.status.resource_claim_statuses,
+                "extendedResourceClaimStatus": self.status.extended_resource_claim_status,
+            }
+        })
+    }
+
+    fn node_name(&self) -> Option<&str> {
+        self.spec["nodeName"].as_str()
+    }
+}

@@ -16,6 +16,7 @@ pub mod certs;
 pub mod connect;
 pub mod crd;
 pub mod discovery;
+pub mod encryption;
 pub mod filter;
 pub mod flowcontrol;
 pub mod healthz;
@@ -93,6 +94,9 @@ pub struct Config {
     pub max_requests_inflight: usize,
     /// `--max-mutating-requests-inflight` (0: no limit).
     pub max_mutating_requests_inflight: usize,
+    /// `--encryption-provider-config`: an EncryptionConfiguration saying which resources are
+    /// encrypted in storage, and how (see [`encryption`]).
+    pub encryption_provider_config: Option<PathBuf>,
 }
 
 impl Config {
@@ -118,6 +122,7 @@ impl Config {
             disable_admission_plugins: Vec::new(),
             max_requests_inflight: 400,
             max_mutating_requests_inflight: 200,
+            encryption_provider_config: None,
         }
     }
 }
@@ -152,6 +157,8 @@ pub struct ApiServer {
     pub health: healthz::Health,
     /// Seats for requests in flight (see [`maxinflight`]).
     pub inflight: maxinflight::MaxInFlight,
+    /// The store's encryption at rest, when configured (`store` is this wrapper then).
+    pub encryption: Option<Arc<encryption::EncryptingStore>>,
 }
 
 impl ApiServer {
@@ -193,6 +200,7 @@ pub async fn start_with_metrics(
                 .map_err(|e| format!("cannot connect to etcd at {}: {e}", servers.join(",")))?,
         ),
     };
+    let (store, encryption) = encryption::wrap(store, &config)?;
     let tokens = match &config.token_auth_file {
         Some(path) => authn::TokenAuthenticator::from_file(path)?,
         None => authn::TokenAuthenticator::default(),
@@ -265,6 +273,7 @@ pub async fn start_with_metrics(
             config.max_requests_inflight,
             config.max_mutating_requests_inflight,
         ),
+        encryption,
     });
     let current = store.current_revision().await.map_err(|e| e.to_string())?;
     tokio::spawn(caches.clone().run(store.clone()));

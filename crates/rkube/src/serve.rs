@@ -56,6 +56,10 @@ pub struct ServeArgs {
     /// Default admission plugins not to run, comma-separated.
     #[arg(long, value_delimiter = ',')]
     disable_admission_plugins: Vec<String>,
+    /// EncryptionConfiguration file (apiserver.config.k8s.io/v1) saying which resources are
+    /// encrypted in storage and with which providers (identity, aescbc, aesgcm, secretbox).
+    #[arg(long)]
+    encryption_provider_config: Option<PathBuf>,
     /// Issuer (`iss`) of service account tokens.
     #[arg(long, default_value = apiserver::serviceaccount::DEFAULT_ISSUER)]
     service_account_issuer: String,
@@ -175,6 +179,7 @@ impl ServeArgs {
         config.max_mutating_requests_inflight = self.max_mutating_requests_inflight;
         config.enable_admission_plugins = self.enable_admission_plugins.clone();
         config.disable_admission_plugins = self.disable_admission_plugins.clone();
+        config.encryption_provider_config = self.encryption_provider_config.clone();
         config.service_account_issuer = self.service_account_issuer.clone();
         config.api_audiences = self.api_audiences.clone();
         config.service_account_key_file = self.service_account_signing_key_file.clone();

@@ -206,7 +206,16 @@ async fn attempt(
         .await?;
     strategy.canonicalize(&mut new);
     objects::set_meta(&mut new, "resourceVersion", old_rv.to_string());
-    if new == old || ctx.dry_run() {
+    // An unchanged object is still written when its stored bytes are stale for the encryption
+    // config (upstream's `stale`), so that `kubectl replace` re-encrypts after a key rotation.
+    let unchanged = new == old
+        && !crate::encryption::stale_at_rest(
+            ctx.api,
+            &ctx.key(ctx.namespace(), ctx.name()),
+            old_rv,
+        )
+        .await;
+    if unchanged || ctx.dry_run() {
         let json = serde_json::to_vec(&new).map_err(ApiError::internal)?;
         return Ok(Attempt::Unchanged(respond(ctx, sub, json.into())?));
     }

@@ -9,6 +9,7 @@
 pub mod admission;
 pub mod allocator;
 pub mod apiservices;
+pub mod audit;
 pub mod authn;
 pub mod authz;
 pub mod bootstrap;
@@ -94,6 +95,8 @@ pub struct Config {
     pub max_requests_inflight: usize,
     /// `--max-mutating-requests-inflight` (0: no limit).
     pub max_mutating_requests_inflight: usize,
+    /// `--audit-policy-file` and `--audit-log-*`: auditing is off without them.
+    pub audit: Option<audit::Config>,
     /// `--encryption-provider-config`: an EncryptionConfiguration saying which resources are
     /// encrypted in storage, and how (see [`encryption`]).
     pub encryption_provider_config: Option<PathBuf>,
@@ -122,6 +125,7 @@ impl Config {
             disable_admission_plugins: Vec::new(),
             max_requests_inflight: 400,
             max_mutating_requests_inflight: 200,
+            audit: None,
             encryption_provider_config: None,
         }
     }
@@ -157,6 +161,8 @@ pub struct ApiServer {
     pub health: healthz::Health,
     /// Seats for requests in flight (see [`maxinflight`]).
     pub inflight: maxinflight::MaxInFlight,
+    /// The audit policy and log, when auditing is on.
+    pub audit: Option<audit::Auditor>,
     /// The store's encryption at rest, when configured (`store` is this wrapper then).
     pub encryption: Option<Arc<encryption::EncryptingStore>>,
 }
@@ -186,6 +192,12 @@ pub async fn start_with_metrics(
 ) -> Result<Running, String> {
     std::fs::create_dir_all(&config.data_dir)
         .map_err(|e| format!("cannot create data dir {}: {e}", config.data_dir.display()))?;
+    // First, so that a bad policy stops the start before anything else is opened.
+    let auditor = config
+        .audit
+        .as_ref()
+        .map(audit::Auditor::start)
+        .transpose()?;
     let store: Arc<dyn Store> = match &config.storage {
         StorageConfig::Sqlite => {
             let path = config.data_dir.join("state.db");
@@ -273,6 +285,7 @@ pub async fn start_with_metrics(
             config.max_requests_inflight,
             config.max_mutating_requests_inflight,
         ),
+        audit: auditor,
         encryption,
     });
     let current = store.current_revision().await.map_err(|e| e.to_string())?;

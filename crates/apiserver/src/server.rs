@@ -22,7 +22,7 @@ use crate::certs::Pki;
 use crate::request::{self, Query, Target};
 use crate::response::{self, Body};
 use crate::rest::decode_limit;
-use crate::{discovery, ApiServer};
+use crate::{audit, discovery, ApiServer};
 
 /// A running server: its address, and how to stop it.
 pub struct Running {
@@ -146,7 +146,7 @@ pub async fn serve(
                     let (api, cert_user) = (api.clone(), cert_user.clone());
                     async move {
                         let what = format!("{} {}", req.method(), req.uri().path());
-                        let handled = handle(&api, cert_user, req);
+                        let handled = handle(&api, cert_user, peer, req);
                         Ok::<_, std::convert::Infallible>(recover_panics(handled, &what).await)
                     }
                 });
@@ -257,36 +257,83 @@ fn is_public(path: &str) -> bool {
         .any(|p| path == *p || path.starts_with(&format!("{p}/")))
 }
 
+/// The user of a request's credentials: its client certificate, else its bearer token, else
+/// `system:anonymous` when anonymous requests are allowed; None when they are refused (401).
+fn authenticate(
+    api: &ApiServer,
+    cert_user: Option<UserInfo>,
+    headers: &http::HeaderMap,
+) -> Option<UserInfo> {
+    if cert_user.is_some() {
+        return cert_user;
+    }
+    match authn::bearer_token(headers) {
+        Some(token) => api.authenticate_token(token),
+        None if api.anonymous_auth => Some(authn::anonymous()),
+        None => None,
+    }
+}
+
+/// Authentication, then the audit record (when auditing is on) around everything else.
 async fn handle(
     api: &Arc<ApiServer>,
     cert_user: Option<UserInfo>,
+    peer: SocketAddr,
     req: Request<Incoming>,
 ) -> Response<Body> {
     let path = req.uri().path().to_string();
-    if crate::healthz::endpoint(&path).is_some() {
-        return crate::healthz::serve(api, &path, req.uri().query()).await;
+    let health = crate::healthz::endpoint(&path).is_some();
+    if health || is_public(&path) {
+        // Served whatever the credentials; audited as whoever they name (anonymous if nobody).
+        let audit = api.audit.as_ref().map(|a| {
+            let user = authenticate(api, cert_user, req.headers()).unwrap_or_else(authn::anonymous);
+            a.begin(&user, &req, peer)
+        });
+        let resp = if health {
+            crate::healthz::serve(api, &path, req.uri().query()).await
+        } else {
+            public(&path)
+        };
+        return audited(audit, resp).await;
     }
-    if is_public(&path) {
-        return public(&path);
-    }
-    let user = match cert_user {
-        Some(user) => user,
-        None => match authn::bearer_token(req.headers()) {
-            Some(token) => match api.authenticate_token(token) {
-                Some(user) => user,
-                None => return response::error_response(&ApiError::unauthorized()),
-            },
-            None if api.anonymous_auth => authn::anonymous(),
-            None => return response::error_response(&ApiError::unauthorized()),
-        },
+    let Some(user) = authenticate(api, cert_user, req.headers()) else {
+        let audit = api.audit.as_ref().map(|a| a.unauthenticated(&req, peer));
+        return audited(audit, response::error_response(&ApiError::unauthorized())).await;
     };
+    let mut audit = api.audit.as_ref().map(|a| a.begin(&user, &req, peer));
+    let resp = handle_authenticated(api, user, path, req, &mut audit).await;
+    audited(audit, resp).await
+}
+
+/// The response, with its audit events written and its `Audit-Id` set when auditing is on.
+async fn audited(audit: Option<audit::RequestAudit>, resp: Response<Body>) -> Response<Body> {
+    match audit {
+        Some(audit) => audit.respond(resp).await,
+        None => resp,
+    }
+}
+
+async fn handle_authenticated(
+    api: &Arc<ApiServer>,
+    user: UserInfo,
+    path: String,
+    req: Request<Incoming>,
+    audit: &mut Option<audit::RequestAudit>,
+) -> Response<Body> {
     let user = match crate::authz::impersonation::resolve(&api.authorizer, user, req.headers()) {
         Ok(user) => user,
         Err(e) => return response::error_response(&e),
     };
+    if let Some(audit) = audit.as_mut() {
+        audit.impersonated(req.headers(), &user);
+    }
     // Connect subresources stream their bodies and may switch protocols: they skip body reading.
     if let Some(target) = crate::connect::target(&path) {
-        if let Err(e) = crate::authz::check_connect(api, &user, req.method(), &target) {
+        let decision = crate::authz::check_connect(api, &user, req.method(), &target);
+        if let Some(audit) = audit.as_mut() {
+            audit.authorized(decision.as_deref().map_err(|_| ()));
+        }
+        if let Err(e) = decision {
             return response::error_response(&e);
         }
         return crate::connect::serve(api, target, req).await;
@@ -298,7 +345,11 @@ async fn handle(
         Ok(target) => target,
         Err(e) => return response::error_response(&ApiError::bad_request(e)),
     };
-    if let Err(e) = crate::authz::check(api, &user, &parts.method, &target, &path, &query) {
+    let decision = crate::authz::check(api, &user, &parts.method, &target, &path, &query);
+    if let Some(audit) = audit.as_mut() {
+        audit.authorized(decision.as_deref().map_err(|_| ()));
+    }
+    if let Err(e) = decision {
         discard_body(body).await;
         return response::error_response(&e);
     }
@@ -327,6 +378,9 @@ async fn handle(
         Ok(body) => body,
         Err(e) => return response::error_response(&e),
     };
+    if let Some(audit) = audit.as_mut() {
+        audit.request_body(&body);
+    }
     let started = std::time::Instant::now();
     let resp = match route(api, &user, &target, &path, &query, &parts.headers, body).await {
         Ok(resp) => resp,
@@ -430,6 +484,9 @@ async fn route(
         }
         Target::NonResource if path == "/metrics" => {
             let mut text = api.metrics.render();
+            if let Some(auditor) = &api.audit {
+                text.push_str(&auditor.metrics());
+            }
             if let Some(extra) = &api.extra_metrics {
                 text.push_str(&extra());
             }

@@ -475,12 +475,21 @@ async fn dispatch(
     };
     let result = serve(&ctx, user, body).await;
     let warnings = ctx.outcome.warnings();
-    if warnings.is_empty() {
+    // Admission's audit annotations ride on the response to the audit layer (only when auditing).
+    let annotations = match &api.audit {
+        Some(_) => ctx.outcome.audit_annotations(),
+        None => Vec::new(),
+    };
+    if warnings.is_empty() && annotations.is_empty() {
         return result;
     }
     // Admission's warnings go with refusals too.
     let mut resp = result.unwrap_or_else(|e| response::error_response(&e));
     common::add_warnings(&mut resp, &warnings);
+    if !annotations.is_empty() {
+        resp.extensions_mut()
+            .insert(crate::audit::AdmissionAnnotations(annotations));
+    }
     Ok(resp)
 }
 

@@ -70,6 +70,8 @@ pub struct Config {
     pub authorization_mode: authz::Mode,
     /// `--anonymous-auth`: requests without credentials are `system:anonymous` rather than 401.
     pub anonymous_auth: bool,
+    /// `--enable-bootstrap-token-auth`: bootstrap token Secrets in kube-system authenticate.
+    pub enable_bootstrap_token_auth: bool,
     /// `--service-account-issuer`.
     pub service_account_issuer: String,
     /// `--api-audiences` (default: the issuer).
@@ -112,6 +114,7 @@ impl Config {
             token_auth_file: None,
             authorization_mode: authz::Mode::Rbac { node: true },
             anonymous_auth: true,
+            enable_bootstrap_token_auth: false,
             service_account_issuer: serviceaccount::DEFAULT_ISSUER.into(),
             api_audiences: Vec::new(),
             service_account_key_file: None,
@@ -138,6 +141,8 @@ pub struct ApiServer {
     pub caches: Arc<watch_cache::CacheSet>,
     pub tokens: authn::TokenAuthenticator,
     pub anonymous_auth: bool,
+    /// See [`Config::enable_bootstrap_token_auth`].
+    pub enable_bootstrap_token_auth: bool,
     pub authorizer: authz::Authorizer,
     pub service_accounts: serviceaccount::Issuer,
     pub services: allocator::ServiceAllocator,
@@ -171,11 +176,30 @@ impl ApiServer {
     /// The user of a bearer token: from `--token-auth-file`, else a service account token for the
     /// API's audiences.
     pub fn authenticate_token(&self, token: &str) -> Option<authn::UserInfo> {
-        self.tokens.lookup(token).or_else(|| {
-            serviceaccount::authenticate(self, token, &self.service_accounts.api_audiences)
-                .ok()
-                .map(|(user, _)| user)
-        })
+        self.tokens
+            .lookup(token)
+            .or_else(|| self.authenticate_bootstrap_token(token))
+            .or_else(|| {
+                serviceaccount::authenticate(self, token, &self.service_accounts.api_audiences)
+                    .ok()
+                    .map(|(user, _)| user)
+            })
+    }
+
+    /// A bootstrap token, checked against its Secret in the watch cache.
+    fn authenticate_bootstrap_token(&self, token: &str) -> Option<authn::UserInfo> {
+        use authn::bootstrap_token;
+        if !self.enable_bootstrap_token_auth {
+            return None;
+        }
+        let (id, secret) = bootstrap_token::parse_token(token)?;
+        let cached = self
+            .caches
+            .get("secrets")?
+            .get(&bootstrap_token::secret_key(id))?;
+        let object: serde_json::Value = serde_json::from_slice(&cached.json).ok()?;
+        bootstrap_token::authenticate(id, secret, &object, chrono::Utc::now())
+            .map(authn::UserInfo::authenticated)
     }
 }
 
@@ -264,6 +288,7 @@ pub async fn start_with_metrics(
         caches: caches.clone(),
         tokens,
         anonymous_auth: config.anonymous_auth,
+        enable_bootstrap_token_auth: config.enable_bootstrap_token_auth,
         authorizer: authz::Authorizer::new(config.authorization_mode),
         service_accounts,
         services: allocator::ServiceAllocator::new(&config.service_cluster_ip_range)?,

@@ -10,6 +10,7 @@
 //! - [`cri::logs`]: where container log files are and their CRI format; `ContainerStatus.log_path`
 //!   (from [`cri::Runtime::container_status`]) is a container's file.
 
+pub mod certificate;
 pub mod config;
 pub mod containerd;
 pub mod cri;

@@ -86,6 +86,16 @@ pub struct KubeletArgs {
     /// from; without it any client may use the server, as upstream's defaults allow.
     #[arg(long)]
     client_ca_file: Option<PathBuf>,
+    /// A kubeconfig whose credential (a bootstrap token) may ask for a client certificate: used when
+    /// --kubeconfig is missing or its certificate has expired; --kubeconfig is then written.
+    #[arg(long)]
+    bootstrap_kubeconfig: Option<PathBuf>,
+    /// Where the client certificate is kept (default <root-dir>/pki).
+    #[arg(long)]
+    cert_dir: Option<PathBuf>,
+    /// Ask for a new client certificate before the current one expires (at 70-90% of its lifetime).
+    #[arg(long)]
+    rotate_certificates: bool,
     #[command(flatten)]
     flags: KubeletFlags,
 }
@@ -150,7 +160,7 @@ pub async fn run(args: KubeletArgs) -> Result<(), String> {
     let client = if args.standalone {
         None
     } else {
-        Some(crate::cluster_client(args.kubeconfig.as_deref()).await?)
+        Some(client_with_certificates(&args, &root).await?)
     };
     let node = start_node(
         &flags,
@@ -179,6 +189,50 @@ pub async fn run(args: KubeletArgs) -> Result<(), String> {
         }
         None => Err("no container runtime".into()),
     }
+}
+
+/// The kubelet's client: TLS bootstrapping first when asked, and a client that follows certificate
+/// rotation when asked.
+async fn client_with_certificates(
+    args: &KubeletArgs,
+    root: &std::path::Path,
+) -> Result<kube::Client, String> {
+    use kubelet::certificate::{bootstrap, rotation, store::CertStore};
+    let cert_dir = args.cert_dir.clone().unwrap_or_else(|| root.join("pki"));
+    let node_name = args
+        .flags
+        .node_name
+        .clone()
+        .unwrap_or_else(kubelet::machine::hostname);
+    if let Some(bootstrap_kubeconfig) = &args.bootstrap_kubeconfig {
+        let kubeconfig = args
+            .kubeconfig
+            .as_deref()
+            .ok_or("--bootstrap-kubeconfig needs --kubeconfig: the path to write")?;
+        bootstrap::load_or_request(kubeconfig, bootstrap_kubeconfig, &cert_dir, &node_name).await?;
+    }
+    let client = crate::cluster_client(args.kubeconfig.as_deref()).await?;
+    if !args.rotate_certificates {
+        return Ok(client);
+    }
+    let (Some(kubeconfig), store) = (args.kubeconfig.clone(), CertStore::new(&cert_dir)) else {
+        return Err("--rotate-certificates needs --kubeconfig".into());
+    };
+    if store.current().is_none() {
+        return Err(format!(
+            "--rotate-certificates: no client certificate in {} (use --bootstrap-kubeconfig)",
+            cert_dir.display()
+        ));
+    }
+    let rotating = rotation::RotatingClient::new(client);
+    let rotation = rotation::Rotation {
+        kubeconfig,
+        store,
+        node_name,
+        client: rotating.clone(),
+    };
+    tokio::spawn(rotation.run());
+    Ok(rotating.client())
 }
 
 /// The local node of `rkube server`: the runtime it uses (and the containerd child it started).

@@ -43,6 +43,10 @@ pub struct ServeArgs {
     /// the authorizer; with false they get 401.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     anonymous_auth: bool,
+    /// Bootstrap token Secrets (`kube-system/bootstrap-token-<id>`) authenticate as
+    /// `system:bootstrap:<id>`, for joining kubelets.
+    #[arg(long)]
+    enable_bootstrap_token_auth: bool,
     /// Most non-mutating requests in flight at once, past which clients get 429 (0: no limit;
     /// watches do not count, system:masters is never refused).
     #[arg(long, default_value_t = 400)]
@@ -207,6 +211,7 @@ impl ServeArgs {
         config.token_auth_file = self.token_auth_file.clone();
         config.authorization_mode = apiserver::authz::Mode::parse(&self.authorization_mode)?;
         config.anonymous_auth = self.anonymous_auth;
+        config.enable_bootstrap_token_auth = self.enable_bootstrap_token_auth;
         config.max_requests_inflight = self.max_requests_inflight;
         config.max_mutating_requests_inflight = self.max_mutating_requests_inflight;
         config.enable_admission_plugins = self.enable_admission_plugins.clone();
@@ -265,6 +270,12 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
         let mut options = args.controllers.options(true, Some(&kubeconfig))?;
         if options.local_path_dir.is_none() {
             options.local_path_dir = args.local_path.dir(&args.data_dir);
+        }
+        // The CSR signer issues with the cluster CA unless told otherwise (as kubeadm configures).
+        let signing = &mut options.csr_signing;
+        if signing.cert_file.is_none() && signing.key_file.is_none() {
+            signing.cert_file = Some(args.data_dir.join("pki/ca.crt"));
+            signing.key_file = Some(args.data_dir.join("pki/ca.key"));
         }
         if options.local_path_dir.is_some() {
             let client = client.clone();

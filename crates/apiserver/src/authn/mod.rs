@@ -1,8 +1,11 @@
 //! Authentication (upstream `k8s.io/apiserver/pkg/authentication`): X.509 client certificates signed by
 //! the cluster CA (user = CN, groups = O) and bearer tokens from a static token file
-//! (`--token-auth-file`, CSV `token,user,uid,"group1,group2"`). Every authenticated user also gets the
+//! (`--token-auth-file`, CSV `token,user,uid,"group1,group2"`) or bootstrap token Secrets
+//! ([`bootstrap_token`]). Every authenticated user also gets the
 //! group `system:authenticated`. Requests with no credentials are `system:anonymous` (upstream's
 //! `--anonymous-auth`, on by default) and meet the authorizer; a credential that does not verify is 401.
+
+pub mod bootstrap_token;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -30,7 +33,7 @@ impl UserInfo {
         })
     }
 
-    fn authenticated(mut self) -> UserInfo {
+    pub(crate) fn authenticated(mut self) -> UserInfo {
         if !self.groups.iter().any(|g| g == "system:authenticated") {
             self.groups.push("system:authenticated".into());
         }

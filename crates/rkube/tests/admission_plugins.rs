@@ -49,16 +49,7 @@ impl Fixture {
 
     /// kubectl as the user of `token` (no client certificate).
     fn as_token(&self, token: &str, args: &[&str], stdin: Option<&str>) -> std::process::Output {
-        let mut all = vec![
-            "--kubeconfig=/dev/null",
-            "--server",
-            self.c.url.as_str(),
-            "--insecure-skip-tls-verify",
-            "--token",
-            token,
-        ];
-        all.extend_from_slice(args);
-        self.c.kubectl_output(&all, stdin)
+        self.c.kubectl_as(token, args, stdin)
     }
 
     /// kubectl as `token`, expected to fail; returns stderr.

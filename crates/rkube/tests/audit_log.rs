@@ -107,18 +107,7 @@ fn the_audit_log_records_user_verb_resource_and_code() {
             log.to_str().unwrap(),
         ],
     );
-    let as_token = |token: &str, args: &[&str]| {
-        let mut all = vec![
-            "--kubeconfig=/dev/null",
-            "--server",
-            c.url.as_str(),
-            "--insecure-skip-tls-verify",
-            "--token",
-            token,
-        ];
-        all.extend_from_slice(args);
-        c.kubectl_output(&all, None)
-    };
+    let as_token = |token: &str, args: &[&str]| c.kubectl_as(token, args, None);
 
     c.kubectl(&["create", "configmap", "audit-cm", "--from-literal=a=b"]);
     c.kubectl(&["get", "configmap", "audit-cm", "-o", "json"]);

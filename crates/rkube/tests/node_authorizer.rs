@@ -32,16 +32,7 @@ impl Fixture {
 
     /// kubectl as the user of `token`.
     fn as_node(&self, token: &str, args: &[&str]) -> std::process::Output {
-        let mut all = vec![
-            "--kubeconfig=/dev/null",
-            "--server",
-            self.c.url.as_str(),
-            "--insecure-skip-tls-verify",
-            "--token",
-            token,
-        ];
-        all.extend_from_slice(args);
-        self.c.kubectl_output(&all, None)
+        self.c.kubectl_as(token, args, None)
     }
 
     fn allowed(&self, token: &str, args: &[&str]) -> bool {

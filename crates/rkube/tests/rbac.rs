@@ -33,16 +33,7 @@ impl Rbac {
 
     /// kubectl as the user of `token` (no client certificate).
     fn as_token(&self, token: &str, args: &[&str]) -> std::process::Output {
-        let mut all = vec![
-            "--kubeconfig=/dev/null",
-            "--server",
-            self.c.url.as_str(),
-            "--insecure-skip-tls-verify",
-            "--token",
-            token,
-        ];
-        all.extend_from_slice(args);
-        self.c.kubectl_output(&all, None)
+        self.c.kubectl_as(token, args, None)
     }
 
     /// Polls until `token`'s kubectl `args` succeed (bindings reach the authorizer through a watch).

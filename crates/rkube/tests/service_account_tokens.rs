@@ -25,16 +25,7 @@ fn eventually<T>(what: &str, mut f: impl FnMut() -> Option<T>) -> T {
 
 /// kubectl with only a bearer token.
 fn with_token(c: &Cluster, token: &str, args: &[&str]) -> std::process::Output {
-    let mut all = vec![
-        "--kubeconfig=/dev/null",
-        "--server",
-        c.url.as_str(),
-        "--insecure-skip-tls-verify",
-        "--token",
-        token,
-    ];
-    all.extend_from_slice(args);
-    c.kubectl_output(&all, None)
+    c.kubectl_as(token, args, None)
 }
 
 fn stderr(out: &std::process::Output) -> String {

@@ -173,6 +173,21 @@ impl Cluster {
         self.kubectl_with(args, stdin, &[])
     }
 
+    /// kubectl as the user of a bearer `token` (no kubeconfig, no client certificate).
+    #[allow(dead_code)] // Not every test binary that includes this module uses it.
+    pub fn kubectl_as(&self, token: &str, args: &[&str], stdin: Option<&str>) -> Output {
+        let mut all = vec![
+            "--kubeconfig=/dev/null",
+            "--server",
+            self.url.as_str(),
+            "--insecure-skip-tls-verify",
+            "--token",
+            token,
+        ];
+        all.extend_from_slice(args);
+        self.kubectl_output(&all, stdin)
+    }
+
     /// kubectl with extra environment variables (e.g. `EDITOR` for `kubectl edit`).
     pub fn kubectl_output_env(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
         self.kubectl_with(args, None, env)

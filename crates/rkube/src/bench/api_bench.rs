@@ -15,6 +15,8 @@
 //!   write to a watcher reading it: p50/p99/max, and the time from the first write to the last delivery).
 //!   `--protobuf-watchers P` makes P% of them watch in protobuf; the server's count of encoded frames per
 //!   format (`rkube_watch_event_encodings_total`, when it has it) is reported.
+//! - `flood`: see [`flood`]: LISTs and creates at full speed from another user while paced probes
+//!   measure what a person and a controller see (not in the default set).
 //!
 //! With `--server-pid` the server's resident memory is read from `/proc` when idle and after each scenario.
 //!
@@ -24,6 +26,7 @@
 //! like-for-like figures. Timings here stop when a response body has been fully received (a paged list
 //! also extracts each page's `continue`); peerbench also decodes list items.
 
+mod flood;
 mod http;
 mod watch;
 
@@ -41,7 +44,7 @@ use serde::Deserialize;
 
 use self::http::ApiClient;
 
-const SCENARIOS: &[&str] = &["create", "get", "list", "watch"];
+const SCENARIOS: &[&str] = &["create", "get", "list", "watch", "flood"];
 /// Concurrent readers in the `get` scenario (wrk's 16 connections in the upstream figures).
 const GET_TASKS: usize = 16;
 /// Writers in the `watch` scenario.
@@ -102,6 +105,15 @@ pub struct ApiBenchArgs {
     /// Speak HTTP/1.1 only (a connection per concurrent request, like peerbench and wrk).
     #[arg(long)]
     http1: bool,
+    /// `flood`: the flooding client's kubeconfig (another user; default: the main one's).
+    #[arg(long)]
+    flood_kubeconfig: Option<PathBuf>,
+    /// `flood`: seconds of flooding.
+    #[arg(long, default_value_t = 20)]
+    flood_seconds: u64,
+    /// `flood`: flooding tasks (half list the --list-objects namespace whole, half create).
+    #[arg(long, default_value_t = 16)]
+    flood_tasks: usize,
 }
 
 pub async fn run(args: ApiBenchArgs) -> Result<(), String> {
@@ -167,6 +179,10 @@ async fn run_scenarios(
     if wants("watch") {
         watch::watch_scenario(args, client, &run_id).await?;
         sample_rss(args, rss, "after watch fan-out")?;
+    }
+    if wants("flood") {
+        flood::flood_scenario(args, client, &run_id, &payload).await?;
+        sample_rss(args, rss, "after the flood")?;
     }
     Ok(())
 }
@@ -482,30 +498,8 @@ async fn list_scenario(
     client: &ApiClient,
     payload: &str,
 ) -> Result<(), String> {
-    let ns = format!("{}-list", args.namespace);
-    let path = format!("/api/v1/namespaces/{ns}/configmaps");
+    let path = fill_list_namespace(args, client, payload).await?;
     let want = args.list_objects;
-    ensure_namespace(client, &ns).await?;
-    let (have, ..) = timed_list(client, &path, "limit=500").await?;
-    if have > want {
-        return Err(format!(
-            "namespace {ns} holds {have} ConfigMaps, more than --list-objects {want}; delete it first"
-        ));
-    }
-    if have < want {
-        eprintln!(
-            "rkube bench api: creating {} ConfigMaps in {ns}",
-            want - have
-        );
-        let (client2, ns2) = (client.clone(), ns.clone());
-        let payload = Arc::<str>::from(payload);
-        closed_loop(FILL_TASKS, Until::Ops(want), move |i| {
-            let (client, ns) = (client2.clone(), ns2.clone());
-            let body = configmap(&format!("item-{i}"), "payload", &payload);
-            async move { create_configmap(&client, &ns, body, true).await }
-        })
-        .await?;
-    }
     println!();
     println!("| LIST ConfigMaps | objects | pages | bytes | median ms | runs |");
     println!("|---|---|---|---|---|---|");
@@ -533,4 +527,37 @@ async fn list_scenario(
         );
     }
     Ok(())
+}
+
+/// Makes NAMESPACE-list hold `--list-objects` ConfigMaps; returns the path that lists them.
+async fn fill_list_namespace(
+    args: &ApiBenchArgs,
+    client: &ApiClient,
+    payload: &str,
+) -> Result<String, String> {
+    let ns = format!("{}-list", args.namespace);
+    let path = format!("/api/v1/namespaces/{ns}/configmaps");
+    let want = args.list_objects;
+    ensure_namespace(client, &ns).await?;
+    let (have, ..) = timed_list(client, &path, "limit=500").await?;
+    if have > want {
+        return Err(format!(
+            "namespace {ns} holds {have} ConfigMaps, more than --list-objects {want}; delete it first"
+        ));
+    }
+    if have < want {
+        eprintln!(
+            "rkube bench api: creating {} ConfigMaps in {ns}",
+            want - have
+        );
+        let (client2, ns2) = (client.clone(), ns.clone());
+        let payload = Arc::<str>::from(payload);
+        closed_loop(FILL_TASKS, Until::Ops(want), move |i| {
+            let (client, ns) = (client2.clone(), ns2.clone());
+            let body = configmap(&format!("item-{i}"), "payload", &payload);
+            async move { create_configmap(&client, &ns, body, true).await }
+        })
+        .await?;
+    }
+    Ok(path)
 }

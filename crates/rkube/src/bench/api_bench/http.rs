@@ -210,6 +210,7 @@ impl ApiClient {
         let uri: Uri = format!("{}{path}", self.base)
             .parse()
             .map_err(|e| format!("{path}: {e}"))?;
+        let patch = method == Method::PATCH;
         let mut req = Request::builder()
             .method(method)
             .uri(uri)
@@ -218,7 +219,12 @@ impl ApiClient {
             req = req.header(http::header::AUTHORIZATION, format!("Bearer {token}"));
         }
         if body.is_some() {
-            req = req.header(http::header::CONTENT_TYPE, "application/json");
+            let content_type = if patch {
+                "application/merge-patch+json"
+            } else {
+                "application/json"
+            };
+            req = req.header(http::header::CONTENT_TYPE, content_type);
         }
         req.body(Full::new(body.unwrap_or_default()))
             .map_err(|e| e.to_string())

@@ -3,6 +3,7 @@
 //! [`CONTROLLERS`] under upstream's canonical name (and the short alias older releases used), so
 //! `--controllers` reads as upstream's.
 //!
+//! - [`certificates`]: signs, auto-approves and cleans up CertificateSigningRequests.
 //! - [`clusterroleaggregation`]: aggregated ClusterRoles get the rules of the roles they select.
 //! - [`cronjob`]: creates Jobs on a cron schedule.
 //! - [`daemonset`]: a pod on every eligible node.
@@ -29,6 +30,7 @@
 //! - [`volume`]: binds PersistentVolumeClaims to PersistentVolumes, provisions and reclaims volumes,
 //!   and protects claims and volumes in use from deletion.
 
+pub mod certificates;
 pub(crate) mod claim;
 pub mod clusterroleaggregation;
 pub mod cronjob;
@@ -125,6 +127,8 @@ pub struct ControllerOptions {
     /// The CA bundle (PEM) published as `kube-root-ca.crt` (upstream `--root-ca-file`); without
     /// one the publisher does not run.
     pub root_ca_pem: Option<String>,
+    /// The CA and certificate lifetime of the CSR signer (upstream `--cluster-signing-*`).
+    pub csr_signing: certificates::signer::Options,
     /// Upstream `--max-endpoints-per-slice`.
     pub max_endpoints_per_slice: usize,
     /// Upstream `--mirroring-max-endpoints-per-subset`.
@@ -150,6 +154,7 @@ impl Default for ControllerOptions {
             node_lifecycle: nodelifecycle::Options::default(),
             node_ipam: nodeipam::Options::default(),
             root_ca_pem: None,
+            csr_signing: Default::default(),
             max_endpoints_per_slice: 100,
             mirroring_max_endpoints_per_subset: 1000,
             terminated_pod_gc_threshold: 12500,
@@ -286,6 +291,27 @@ pub const CONTROLLERS: &[ControllerDescriptor] = &[
         enabled_by_default: true,
         workers: 1,
         run: |c| Box::pin(rootcacertpublisher::run(c)),
+    },
+    ControllerDescriptor {
+        name: "certificatesigningrequest-signing-controller",
+        alias: "csrsigning",
+        enabled_by_default: true,
+        workers: 5,
+        run: |c| Box::pin(certificates::signer::run(c)),
+    },
+    ControllerDescriptor {
+        name: "certificatesigningrequest-approving-controller",
+        alias: "csrapproving",
+        enabled_by_default: true,
+        workers: 5,
+        run: |c| Box::pin(certificates::approver::run(c)),
+    },
+    ControllerDescriptor {
+        name: "certificatesigningrequest-cleaner-controller",
+        alias: "csrcleaner",
+        enabled_by_default: true,
+        workers: 1,
+        run: |c| Box::pin(certificates::cleaner::run(c)),
     },
     ControllerDescriptor {
         name: "endpoints-controller",

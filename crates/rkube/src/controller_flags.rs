@@ -95,6 +95,17 @@ pub struct ControllerFlags {
     /// certificate authority of the kubeconfig the controllers use).
     #[arg(long)]
     root_ca_file: Option<PathBuf>,
+    /// CA certificate (PEM) the CSR signer issues certificates with for the `kubernetes.io/`
+    /// signers (`rkube server`: `<data-dir>/pki/ca.crt`); without it and --cluster-signing-key-file
+    /// the signer does not run.
+    #[arg(long)]
+    cluster_signing_cert_file: Option<PathBuf>,
+    /// The CA's private key (PEM; `rkube server`: `<data-dir>/pki/ca.key`).
+    #[arg(long)]
+    cluster_signing_key_file: Option<PathBuf>,
+    /// Longest validity of a signed certificate (a request's expirationSeconds may shorten it).
+    #[arg(long, default_value = "8760h", value_parser = parse_duration)]
+    cluster_signing_duration: Duration,
     /// Most endpoints one EndpointSlice holds.
     #[arg(long, default_value_t = 100)]
     max_endpoints_per_slice: usize,
@@ -181,6 +192,11 @@ impl ControllerFlags {
         Ok(controllers::ControllerOptions {
             concurrent_syncs,
             root_ca_pem,
+            csr_signing: controllers::certificates::signer::Options {
+                cert_file: self.cluster_signing_cert_file.clone(),
+                key_file: self.cluster_signing_key_file.clone(),
+                duration: self.cluster_signing_duration,
+            },
             max_endpoints_per_slice: self.max_endpoints_per_slice,
             mirroring_max_endpoints_per_subset: self.mirroring_max_endpoints_per_subset,
             terminated_pod_gc_threshold: self.terminated_pod_gc_threshold,

@@ -43,6 +43,10 @@ pub trait Strategy: Send + Sync {
         generic::prepare_for_create(resource, obj);
     }
 
+    /// On create, after [`Strategy::prepare_for_create`]: what the kind records of the requesting
+    /// user (a CertificateSigningRequest's requester).
+    fn prepare_for_create_by(&self, _user: &crate::authn::UserInfo, _obj: &mut Value) {}
+
     /// After defaulting, before admission, on create: defaults that need the new object's UID
     /// (the Job selector).
     fn after_create_defaulting(&self, _obj: &mut Value, _uid: &str) {}

@@ -114,6 +114,7 @@ async fn create_tracked(ctx: &Ctx<'_>, mut obj: Value, track: bool) -> Result<By
     objects::set_meta(&mut obj, "creationTimestamp", now.clone());
     let strategy = ctx.strategy();
     strategy.prepare_for_create(&ctx.resource, &mut obj);
+    strategy.prepare_for_create_by(ctx.user, &mut obj);
     if (group.as_str(), kind.as_str()) == ("", "Pod") {
         // Before defaulting, which fills in the policy the admission must compare against.
         super::priority::admit_pod(ctx, &mut obj).await?;

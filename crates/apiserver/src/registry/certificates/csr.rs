@@ -11,6 +11,25 @@ use crate::registry::{generic, Strategy};
 pub struct CsrStrategy;
 
 impl Strategy for CsrStrategy {
+    /// Upstream `PrepareForCreate`: the requester comes from the request, never from the client,
+    /// and no request is created with a status (so none is pre-approved).
+    fn prepare_for_create_by(&self, user: &crate::authn::UserInfo, obj: &mut Value) {
+        if !obj["spec"].is_object() {
+            obj["spec"] = json!({});
+        }
+        let spec = &mut obj["spec"];
+        spec["username"] = json!(user.name);
+        spec["uid"] = json!(user.uid);
+        spec["groups"] = json!(user.groups);
+        if let Some(s) = spec.as_object_mut() {
+            // rkube's users carry no extra attributes.
+            s.remove("extra");
+        }
+        if let Some(o) = obj.as_object_mut() {
+            o.remove("status");
+        }
+    }
+
     fn prepare_for_status_update(&self, _resource: &Resource, new: &mut Value, old: &Value) {
         generic::prepare_for_status_update(new, old);
         // Approval is the approval subresource's: Approved/Denied conditions stay as stored.
@@ -107,6 +126,24 @@ mod tests {
 
     /// Upstream's CSR status strategy keeps stored Approved/Denied conditions and fills condition
     /// timestamps; the approval strategy changes only the conditions.
+    #[test]
+    fn the_requester_is_the_requesting_user() {
+        let user = crate::authn::UserInfo {
+            name: "system:bootstrap:abcdef".into(),
+            uid: "u1".into(),
+            groups: vec!["system:bootstrappers".into()],
+        };
+        let mut obj = json!({"spec": {"username": "admin", "groups": ["system:masters"],
+            "extra": {"k": ["v"]}, "signerName": "s"},
+            "status": {"conditions": [{"type": "Approved", "status": "True"}]}});
+        CsrStrategy.prepare_for_create_by(&user, &mut obj);
+        assert_eq!(
+            obj,
+            json!({"spec": {"username": "system:bootstrap:abcdef", "uid": "u1",
+                "groups": ["system:bootstrappers"], "signerName": "s"}})
+        );
+    }
+
     #[test]
     fn csr_status_and_approval_follow_upstream() {
         let reg = Registry::with_builtin();

@@ -104,8 +104,29 @@ pub struct ControllerFlags {
     #[arg(long)]
     cluster_signing_key_file: Option<PathBuf>,
     /// Longest validity of a signed certificate (a request's expirationSeconds may shorten it).
-    #[arg(long, default_value = "8760h", value_parser = parse_duration)]
+    #[arg(long, default_value = "8760h", value_parser = scheduler::config::parse_duration)]
     cluster_signing_duration: Duration,
+    /// CA certificate for kubernetes.io/kubelet-serving only (with any per-signer file, signers
+    /// without their own pair are not served; not together with --cluster-signing-cert-file).
+    #[arg(long)]
+    cluster_signing_kubelet_serving_cert_file: Option<PathBuf>,
+    #[arg(long)]
+    cluster_signing_kubelet_serving_key_file: Option<PathBuf>,
+    /// CA certificate for kubernetes.io/kube-apiserver-client-kubelet only.
+    #[arg(long)]
+    cluster_signing_kubelet_client_cert_file: Option<PathBuf>,
+    #[arg(long)]
+    cluster_signing_kubelet_client_key_file: Option<PathBuf>,
+    /// CA certificate for kubernetes.io/kube-apiserver-client only.
+    #[arg(long)]
+    cluster_signing_kube_apiserver_client_cert_file: Option<PathBuf>,
+    #[arg(long)]
+    cluster_signing_kube_apiserver_client_key_file: Option<PathBuf>,
+    /// CA certificate for kubernetes.io/legacy-unknown only.
+    #[arg(long)]
+    cluster_signing_legacy_unknown_cert_file: Option<PathBuf>,
+    #[arg(long)]
+    cluster_signing_legacy_unknown_key_file: Option<PathBuf>,
     /// Most endpoints one EndpointSlice holds.
     #[arg(long, default_value_t = 100)]
     max_endpoints_per_slice: usize,
@@ -195,6 +216,31 @@ impl ControllerFlags {
             csr_signing: controllers::certificates::signer::Options {
                 cert_file: self.cluster_signing_cert_file.clone(),
                 key_file: self.cluster_signing_key_file.clone(),
+                signer_files: [
+                    (
+                        "kubernetes.io/kubelet-serving",
+                        &self.cluster_signing_kubelet_serving_cert_file,
+                        &self.cluster_signing_kubelet_serving_key_file,
+                    ),
+                    (
+                        "kubernetes.io/kube-apiserver-client-kubelet",
+                        &self.cluster_signing_kubelet_client_cert_file,
+                        &self.cluster_signing_kubelet_client_key_file,
+                    ),
+                    (
+                        "kubernetes.io/kube-apiserver-client",
+                        &self.cluster_signing_kube_apiserver_client_cert_file,
+                        &self.cluster_signing_kube_apiserver_client_key_file,
+                    ),
+                    (
+                        "kubernetes.io/legacy-unknown",
+                        &self.cluster_signing_legacy_unknown_cert_file,
+                        &self.cluster_signing_legacy_unknown_key_file,
+                    ),
+                ]
+                .into_iter()
+                .map(|(signer, c, k)| (signer, (c.clone(), k.clone())))
+                .collect(),
                 duration: self.cluster_signing_duration,
             },
             max_endpoints_per_slice: self.max_endpoints_per_slice,

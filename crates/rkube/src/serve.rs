@@ -273,7 +273,7 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
         }
         // The CSR signer issues with the cluster CA unless told otherwise (as kubeadm configures).
         let signing = &mut options.csr_signing;
-        if signing.cert_file.is_none() && signing.key_file.is_none() {
+        if signing.is_unset() {
             signing.cert_file = Some(args.data_dir.join("pki/ca.crt"));
             signing.key_file = Some(args.data_dir.join("pki/ca.key"));
         }

@@ -199,6 +199,17 @@ fn csrs_are_approved_signed_and_refused_as_upstream() {
     assert_eq!(f.csr_field("jane", "{.status.conditions}"), "");
     f.c.kubectl(&["certificate", "approve", "jane"]);
     let jane = f.issued_credentials("jane", &jane_key);
+    // expirationSeconds (3600) under the signer's 8760h, and too short to be backdated.
+    let pem = std::fs::read_to_string(f.work.path().join("jane.crt")).expect("cert");
+    let der = x509_parser::pem::parse_x509_pem(pem.as_bytes())
+        .expect("PEM certificate")
+        .1;
+    let cert = der.parse_x509().expect("parse the certificate");
+    let validity = cert.validity();
+    assert_eq!(
+        validity.not_after.timestamp() - validity.not_before.timestamp(),
+        3600
+    );
     let who = f.whoami(&jane);
     assert!(who.starts_with("jane ["), "{who}");
     assert!(

@@ -3,11 +3,12 @@
 //! approved requests to the four `kubernetes.io/` signers it implements, after each signer's checks;
 //! a request failing them gets a `Failed` condition (reason `SignerValidationFailure`) instead.
 //!
-//! Upstream runs one loop per signer, each with its own CA files; rkube runs one loop for all four
-//! with the one CA of `--cluster-signing-cert-file` / `--cluster-signing-key-file` (upstream's
-//! per-signer flags are not built). The CA files are re-read when they change, as upstream's
-//! dynamic reloader does.
+//! Upstream runs one loop per signer; rkube runs one loop for all four, each signer with the CA of
+//! `--cluster-signing-cert-file` / `--cluster-signing-key-file` or of its own
+//! `--cluster-signing-<signer>-{cert,key}-file` pair (upstream's rules for mixing them). The CA
+//! files are re-read when they change, as upstream's dynamic reloader does.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
@@ -32,6 +33,8 @@ use super::csr::{self, Request};
 pub struct Options {
     pub cert_file: Option<PathBuf>,
     pub key_file: Option<PathBuf>,
+    /// Upstream's per-signer `--cluster-signing-<signer>-{cert,key}-file`, by signer name.
+    pub signer_files: BTreeMap<&'static str, (Option<PathBuf>, Option<PathBuf>)>,
     /// Upstream `--cluster-signing-duration` (default 8760h).
     pub duration: Duration,
 }
@@ -41,8 +44,59 @@ impl Default for Options {
         Options {
             cert_file: None,
             key_file: None,
+            signer_files: BTreeMap::new(),
             duration: Duration::from_secs(8760 * 3600),
         }
+    }
+}
+
+impl Options {
+    /// No CA file given at all (`rkube server` then uses the cluster CA).
+    pub fn is_unset(&self) -> bool {
+        self.cert_file.is_none()
+            && self.key_file.is_none()
+            && self
+                .signer_files
+                .values()
+                .all(|(c, k)| c.is_none() && k.is_none())
+    }
+
+    /// The CA files of each signer that has them (upstream `startCSRSigningController`): the
+    /// cluster-wide pair for every signer, or, once any per-signer file is given, each signer's own
+    /// pair (signers without one are not served). Mixing both, or half a pair, is an error.
+    pub fn ca_files(&self) -> Result<Vec<(&'static str, PathBuf, PathBuf)>, String> {
+        let specific = !self
+            .signer_files
+            .values()
+            .all(|(c, k)| c.is_none() && k.is_none());
+        let single = self.cert_file.is_some() && self.key_file.is_some();
+        if single && specific {
+            return Err("cannot specify default and per controller certs at the same time".into());
+        }
+        if !single && !specific {
+            return Ok(Vec::new());
+        }
+        let mut out = Vec::new();
+        for signer in SIGNERS {
+            let (cert, key) = if specific {
+                self.signer_files.get(signer).cloned().unwrap_or_default()
+            } else {
+                (self.cert_file.clone(), self.key_file.clone())
+            };
+            match (cert, key) {
+                (Some(c), Some(k)) => out.push((*signer, c, k)),
+                (None, None) => tracing::info!(
+                    controller = signer,
+                    "Skipping CSR signer controller because specific files were specified for other signers and not this one"
+                ),
+                _ => {
+                    return Err(format!(
+                        "failed to start {signer} certificate controller: both a certificate and a key file are needed"
+                    ))
+                }
+            }
+        }
+        Ok(out)
     }
 }
 
@@ -168,23 +222,47 @@ fn read_ca(cert: &PathBuf, key: &PathBuf) -> Result<Authority, String> {
 struct Ctx {
     client: kube::Client,
     csrs: Arc<Store<CertificateSigningRequest>>,
-    ca: CaFiles,
+    /// Each served signer's CA (signers sharing files share one).
+    cas: BTreeMap<&'static str, Arc<CaFiles>>,
     cert_ttl: Duration,
 }
 
 pub async fn run(c: &crate::ControllerContext) {
     let opts = &c.options.csr_signing;
-    let (Some(cert), Some(key)) = (opts.cert_file.clone(), opts.key_file.clone()) else {
-        tracing::info!("Skipping CSR signer controller because no csr cert/key was specified");
-        return;
-    };
-    let ca = match CaFiles::load(cert, key) {
-        Ok(ca) => ca,
+    let files = match opts.ca_files() {
+        Ok(files) if files.is_empty() => {
+            tracing::info!("Skipping CSR signer controller because no csr cert/key was specified");
+            return;
+        }
+        Ok(files) => files,
         Err(e) => {
             tracing::error!("the CSR signing controller does not run: {e}");
             return;
         }
     };
+    let mut cas: BTreeMap<&'static str, Arc<CaFiles>> = BTreeMap::new();
+    let mut loaded: Vec<(PathBuf, PathBuf, Arc<CaFiles>)> = Vec::new();
+    for (signer, cert, key) in files {
+        let known = loaded
+            .iter()
+            .find(|(c, k, _)| *c == cert && *k == key)
+            .map(|(_, _, ca)| ca.clone());
+        let ca = match known {
+            Some(ca) => ca,
+            None => match CaFiles::load(cert.clone(), key.clone()) {
+                Ok(ca) => {
+                    let ca = Arc::new(ca);
+                    loaded.push((cert, key, ca.clone()));
+                    ca
+                }
+                Err(e) => {
+                    tracing::error!("the CSR signing controller does not run: {signer}: {e}");
+                    return;
+                }
+            },
+        };
+        cas.insert(signer, ca);
+    }
     let informer = c.factory.informer::<CertificateSigningRequest>();
     let queue = RateLimitingQueue::with_config(
         default_controller_rate_limiter::<String>(),
@@ -194,7 +272,7 @@ pub async fn run(c: &crate::ControllerContext) {
     let ctx = Arc::new(Ctx {
         client: c.client.clone(),
         csrs: informer.store(),
-        ca,
+        cas,
         cert_ttl: opts.duration,
     });
     c.factory.start();
@@ -211,9 +289,9 @@ async fn sync(ctx: &Ctx, name: &str) -> Result<(), String> {
     let Some(csr) = ctx.csrs.get(name) else {
         return Ok(());
     };
-    if !wants(&csr) {
+    let Some(ca) = ctx.cas.get(csr::signer_name(&csr)).filter(|_| wants(&csr)) else {
         return Ok(());
-    }
+    };
     // An unparsable request is an error to retry, as upstream (the API server refuses them at
     // creation, so this is a corrupt object).
     let req = csr::parse(&csr.spec.request.0)
@@ -223,7 +301,7 @@ async fn sync(ctx: &Ctx, name: &str) -> Result<(), String> {
     let updated = match validate(csr::signer_name(&csr), &req, &usages) {
         Err(message) => with_failure(&csr, message, Timestamp::now()),
         Ok(()) => {
-            let ca = ctx.ca.current();
+            let ca = ca.current();
             let ttl = duration(ctx.cert_ttl, csr.spec.expiration_seconds);
             let pem = ca
                 .sign(&req, &usages, ttl, Timestamp::now())
@@ -285,6 +363,40 @@ mod tests {
         let mut issued = csr_object(csr::KUBE_APISERVER_CLIENT, approved);
         issued.status.as_mut().unwrap().certificate = Some(ByteString(b"x".to_vec()));
         assert!(!wants(&issued));
+    }
+
+    #[test]
+    fn ca_files_as_upstream_flags() {
+        let p = |s: &str| Some(PathBuf::from(s));
+        let mut o = Options::default();
+        assert!(o.is_unset());
+        assert_eq!(o.ca_files(), Ok(vec![]));
+        o.cert_file = p("ca.crt");
+        // Half the cluster-wide pair: not served, as upstream.
+        assert_eq!(o.ca_files(), Ok(vec![]));
+        o.key_file = p("ca.key");
+        let all = o.ca_files().unwrap();
+        assert_eq!(all.len(), 4);
+        assert!(all
+            .iter()
+            .all(|(_, c, k)| c.ends_with("ca.crt") && k.ends_with("ca.key")));
+        o.signer_files
+            .insert(csr::KUBELET_SERVING, (p("s.crt"), p("s.key")));
+        assert!(o.ca_files().unwrap_err().contains("at the same time"));
+        o.cert_file = None;
+        o.key_file = None;
+        assert_eq!(
+            o.ca_files().unwrap(),
+            [(
+                csr::KUBELET_SERVING,
+                PathBuf::from("s.crt"),
+                PathBuf::from("s.key")
+            )]
+        );
+        o.signer_files
+            .insert(csr::LEGACY_UNKNOWN, (p("l.crt"), None));
+        assert!(o.ca_files().unwrap_err().contains("legacy-unknown"));
+        assert!(!o.is_unset());
     }
 
     #[test]

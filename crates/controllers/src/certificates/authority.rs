@@ -5,7 +5,9 @@
 //! NotAfter never past the CA's own.
 //!
 //! The DER is written here rather than with rcgen's `CertificateParams`: rcgen keeps one value per
-//! subject attribute type, and a client certificate's groups are its repeated `O` values.
+//! subject attribute type, and a client certificate's groups are its repeated `O` values. Strings
+//! go through `write_tagged_implicit` + `write_bytes`, never yasna's string writers, which assert
+//! on their character sets: nothing a request holds may panic the signer.
 
 use std::net::IpAddr;
 use std::time::Duration;
@@ -159,12 +161,14 @@ impl Authority {
             let encoded = yasna::construct_der(|w| {
                 w.write_sequence(|w| {
                     for n in &req.dns_names {
-                        w.next()
-                            .write_tagged_implicit(Tag::context(2), |w| w.write_ia5_string(n));
+                        w.next().write_tagged_implicit(Tag::context(2), |w| {
+                            w.write_bytes(n.as_bytes())
+                        });
                     }
                     for n in &req.email_addresses {
-                        w.next()
-                            .write_tagged_implicit(Tag::context(1), |w| w.write_ia5_string(n));
+                        w.next().write_tagged_implicit(Tag::context(1), |w| {
+                            w.write_bytes(n.as_bytes())
+                        });
                     }
                     for ip in &req.ip_addresses {
                         // Go writes IPv4 (and IPv4-mapped IPv6) addresses in 4 bytes.
@@ -179,8 +183,9 @@ impl Authority {
                             .write_tagged_implicit(Tag::context(7), |w| w.write_bytes(&bytes));
                     }
                     for n in &req.uris {
-                        w.next()
-                            .write_tagged_implicit(Tag::context(6), |w| w.write_ia5_string(n));
+                        w.next().write_tagged_implicit(Tag::context(6), |w| {
+                            w.write_bytes(n.as_bytes())
+                        });
                     }
                 })
             });
@@ -370,7 +375,10 @@ fn write_subject(w: DERWriter<'_>, s: &Subject) {
                     w.next().write_sequence(|w| {
                         w.next().write_oid(&ObjectIdentifier::from_slice(oid));
                         if is_printable(value) {
-                            w.next().write_printable_string(value);
+                            w.next()
+                                .write_tagged_implicit(yasna::tags::TAG_PRINTABLESTRING, |w| {
+                                    w.write_bytes(value.as_bytes())
+                                });
                         } else {
                             w.next().write_utf8_string(value);
                         }
@@ -517,6 +525,48 @@ pub(crate) mod tests {
         let san = cert.subject_alternative_name().unwrap().unwrap();
         assert_eq!(san.value.general_names.len(), 2);
         assert_eq!(cert.public_key().raw, req.public_key_info.as_slice());
+    }
+
+    #[test]
+    fn non_printable_subjects_are_utf8_and_garbage_never_panics() {
+        let (ca_cert, ca_key) = test_ca(2036);
+        let ca = Authority::from_pem(&ca_cert, &ca_key).unwrap();
+        let now = ts("2026-06-01T12:00:00Z");
+        let usages = vec!["client auth".to_string()];
+        for cn in ["jäne", "a*b", "x&y"] {
+            let req = parse(csr_pem(cn, &[], &[]).as_bytes()).unwrap();
+            let out = ca
+                .sign(&req, &usages, Duration::from_secs(3600), now)
+                .unwrap();
+            let block = x509_parser::pem::parse_x509_pem(out.as_bytes()).unwrap().1;
+            let (_, cert) = X509Certificate::from_der(&block.contents).unwrap();
+            let got: Vec<&str> = cert
+                .subject()
+                .iter_common_name()
+                .map(|a| a.as_str().unwrap())
+                .collect();
+            assert_eq!(got, [cn]);
+        }
+        // Every single-byte corruption of a request is refused or signed, never a panic.
+        let pem = csr_pem("system:node:n1", &["system:nodes"], &[]);
+        let der = x509_parser::pem::parse_x509_pem(pem.as_bytes())
+            .unwrap()
+            .1
+            .contents;
+        use base64::Engine;
+        for i in 0..der.len() {
+            for flip in [0x01u8, 0x80, 0xff] {
+                let mut bad = der.clone();
+                bad[i] ^= flip;
+                let b64 = base64::engine::general_purpose::STANDARD.encode(&bad);
+                let text = format!(
+                    "-----BEGIN CERTIFICATE REQUEST-----\n{b64}\n-----END CERTIFICATE REQUEST-----\n"
+                );
+                if let Ok(req) = parse(text.as_bytes()) {
+                    let _ = ca.sign(&req, &usages, Duration::from_secs(3600), now);
+                }
+            }
+        }
     }
 
     #[test]

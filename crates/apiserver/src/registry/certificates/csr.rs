@@ -14,6 +14,10 @@ impl Strategy for CsrStrategy {
     /// Upstream `PrepareForCreate`: the requester comes from the request, never from the client,
     /// and no request is created with a status (so none is pre-approved).
     fn prepare_for_create_by(&self, user: &crate::authn::UserInfo, obj: &mut Value) {
+        // Indexing a non-object Value for writing panics; validation refuses such bodies later.
+        if !obj.is_object() {
+            return;
+        }
         if !obj["spec"].is_object() {
             obj["spec"] = json!({});
         }

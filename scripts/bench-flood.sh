@@ -34,4 +34,4 @@ echo "server pid $server_pid, commit $(git -C "$root" rev-parse --short HEAD)"
 "$bin" bench api --kubeconfig "$KUBECONFIG" --server-pid "$server_pid" --scenarios flood \
   --flood-kubeconfig "$flood" --flood-seconds "$seconds" --flood-tasks "$tasks"
 "$bin" bench api --kubeconfig "$KUBECONFIG" --server-pid "$server_pid" --scenarios watch \
-  --watchers "$watchers" --watch-events 1000
+  --watchers "$watchers" --watch-events 100

@@ -4,6 +4,7 @@
 //! `--controllers` reads as upstream's.
 //!
 //! - [`certificates`]: signs, auto-approves and cleans up CertificateSigningRequests.
+//! - [`bootstrap`]: deletes expired bootstrap token Secrets (`tokencleaner`, off by default as upstream).
 //! - [`clusterroleaggregation`]: aggregated ClusterRoles get the rules of the roles they select.
 //! - [`cronjob`]: creates Jobs on a cron schedule.
 //! - [`daemonset`]: a pod on every eligible node.
@@ -30,6 +31,7 @@
 //! - [`volume`]: binds PersistentVolumeClaims to PersistentVolumes, provisions and reclaims volumes,
 //!   and protects claims and volumes in use from deletion.
 
+pub mod bootstrap;
 pub mod certificates;
 pub(crate) mod claim;
 pub mod clusterroleaggregation;
@@ -467,6 +469,13 @@ pub const CONTROLLERS: &[ControllerDescriptor] = &[
         enabled_by_default: true,
         workers: 5,
         run: |c| Box::pin(servicecidrs::run(c.client.clone(), &c.factory, c.workers)),
+    },
+    ControllerDescriptor {
+        name: "token-cleaner-controller",
+        alias: "tokencleaner",
+        enabled_by_default: false,
+        workers: 1,
+        run: |c| Box::pin(bootstrap::tokencleaner::run(c.client.clone(), c.workers)),
     },
     ControllerDescriptor {
         name: "ttl-after-finished-controller",

@@ -64,7 +64,14 @@ fn whoami(c: &Cluster, kubeconfig: &Path) -> Result<String, String> {
 
 #[test]
 fn a_kubelet_bootstraps_and_rotates_its_client_certificate() {
-    let c = Cluster::start_all(Backend::Sqlite, &["--enable-bootstrap-token-auth"]);
+    let c = Cluster::start_all(
+        Backend::Sqlite,
+        &[
+            "--enable-bootstrap-token-auth",
+            "--controllers",
+            "*,tokencleaner",
+        ],
+    );
     let work = tempfile::tempdir().expect("tempdir");
     let bootstrap_kubeconfig = work.path().join("bootstrap.kubeconfig");
     let kubeconfig = work.path().join("kubelet.kubeconfig");
@@ -92,6 +99,40 @@ stringData:
     eventually("the bootstrap token to authenticate", || {
         whoami(&c, &bootstrap_kubeconfig).as_deref() == Ok("system:bootstrap:abcdef")
     });
+    // The token cleaner deletes a token once its expiration has passed, and keeps the others.
+    let expired = "2020-01-01T00:00:00Z";
+    c.kubectl_in(
+        &["apply", "-f", "-"],
+        Some(&format!(
+            "apiVersion: v1
+kind: Secret
+metadata: {{name: bootstrap-token-old000, namespace: kube-system}}
+type: bootstrap.kubernetes.io/token
+stringData: {{token-id: old000, token-secret: 0123456789abcdef, expiration: '{expired}'}}
+"
+        )),
+    );
+    eventually("the token cleaner deleting the expired token", || {
+        !c.kubectl_output(
+            &[
+                "get",
+                "secret",
+                "-n",
+                "kube-system",
+                "bootstrap-token-old000",
+            ],
+            None,
+        )
+        .status
+        .success()
+    });
+    c.kubectl(&[
+        "get",
+        "secret",
+        "-n",
+        "kube-system",
+        "bootstrap-token-abcdef",
+    ]);
     // A wrong secret for the same id is refused.
     let wrong = work.path().join("wrong.kubeconfig");
     kubeconfig_with_token(&c, &wrong, "abcdef.0123456789abcdee");

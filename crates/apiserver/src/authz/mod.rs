@@ -174,6 +174,10 @@ impl Authorizer {
         self.mode == Mode::Rbac { node: true }
     }
 
+    pub(crate) fn read_node_graph<T>(&self, f: impl FnOnce(&node::graph::Graph) -> T) -> T {
+        f(&self.node_graph.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
     pub(crate) fn update_node_graph(&self, f: impl FnOnce(&mut node::graph::Graph)) {
         let mut graph = self.node_graph.write().unwrap_or_else(|e| e.into_inner());
         f(&mut graph);

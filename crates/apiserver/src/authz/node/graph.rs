@@ -28,10 +28,13 @@ pub enum Kind {
 type ObjectKey = (Kind, String, String);
 
 /// What one bound pod contributed, kept to undo it on update or delete.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, PartialEq)]
 struct PodEntry {
     node: String,
     refs: Vec<ObjectKey>,
+    /// The status fields that name ResourceClaims (see [`claim_statuses`]): with the node, the only
+    /// parts of a bound pod that may change what it reaches.
+    claims: Value,
 }
 
 #[derive(Debug, Default)]
@@ -58,6 +61,16 @@ pub struct Graph {
 }
 
 impl Graph {
+    /// Whether a pod on `node` with these claim statuses would change nothing: the same bound pod
+    /// (its references are immutable once bound, as upstream's populator relies on), or still an
+    /// unbound one. Lets most pod updates (status) skip parsing the spec.
+    pub fn pod_unchanged(&self, namespace: &str, name: &str, node: &str, claims: &Value) -> bool {
+        match self.pods.get(&(namespace.to_string(), name.to_string())) {
+            Some(entry) => entry.node == node && entry.claims == *claims,
+            None => node.is_empty(),
+        }
+    }
+
     /// Records a pod's current state (`None`: deleted). Unbound pods are not in the graph.
     pub fn set_pod(&mut self, namespace: &str, name: &str, pod: Option<&Value>) {
         let key = (namespace.to_string(), name.to_string());
@@ -298,7 +311,20 @@ fn pod_entry(namespace: &str, name: &str, pod: &Value) -> Option<PodEntry> {
     Some(PodEntry {
         node: node.to_string(),
         refs,
+        claims: claim_statuses(
+            &pod["status"]["resourceClaimStatuses"],
+            &pod["status"]["extendedResourceClaimStatus"],
+        ),
     })
+}
+
+/// The status fields that name a pod's ResourceClaims, as one value (null when both are absent).
+pub fn claim_statuses(resource_claim_statuses: &Value, extended: &Value) -> Value {
+    if resource_claim_statuses.is_null() && extended.is_null() {
+        Value::Null
+    } else {
+        Value::Array(vec![resource_claim_statuses.clone(), extended.clone()])
+    }
 }
 
 #[cfg(test)]
@@ -348,6 +374,27 @@ mod tests {
         assert!(!g.has_path("n1", secret("s2")));
         assert!(!g.knows_node("n1"));
         assert!(g.reach.is_empty() && g.nodes.is_empty());
+    }
+
+    #[test]
+    fn only_binding_and_claim_statuses_change_a_bound_pod() {
+        let mut g = Graph::default();
+        assert!(
+            g.pod_unchanged("ns", "p", "", &Value::Null),
+            "still unbound"
+        );
+        assert!(
+            !g.pod_unchanged("ns", "p", "n1", &Value::Null),
+            "just bound"
+        );
+        g.set_pod("ns", "p", Some(&pod("n1", "s1", "data")));
+        assert!(g.pod_unchanged("ns", "p", "n1", &Value::Null));
+        let claims = claim_statuses(
+            &json!([{"name": "a", "resourceClaimName": "x"}]),
+            &Value::Null,
+        );
+        assert!(!g.pod_unchanged("ns", "p", "n1", &claims));
+        assert!(!g.pod_unchanged("ns", "p", "n2", &Value::Null));
     }
 
     #[test]

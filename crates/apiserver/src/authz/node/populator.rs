@@ -7,6 +7,7 @@ use std::sync::Arc;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use super::graph;
 use crate::watch_cache::{CacheEvent, EventType, WatchCache, WatchStart};
 use crate::ApiServer;
 
@@ -83,6 +84,29 @@ fn follow(api: &Arc<ApiServer>, source: Source, cache: &WatchCache) -> Option<Li
 
 fn apply(api: &ApiServer, source: Source, event: &CacheEvent, event_type: EventType) {
     let json = &event.object.json;
+    if let Source::Pods = source {
+        // Most pod writes are status updates of bound pods, which change nothing here: decide that
+        // from the node name and claim statuses alone, without building the spec.
+        let Ok(header) = serde_json::from_slice::<PodHeader>(json) else {
+            return;
+        };
+        let (namespace, name) = (&header.metadata.namespace, &header.metadata.name);
+        if event_type == EventType::Deleted {
+            api.authorizer
+                .update_node_graph(|graph| graph.set_pod(namespace, name, None));
+            return;
+        }
+        let claims = graph::claim_statuses(
+            &header.status.resource_claim_statuses,
+            &header.status.extended_resource_claim_status,
+        );
+        let unchanged = api.authorizer.read_node_graph(|graph| {
+            graph.pod_unchanged(namespace, name, &header.spec.node_name, &claims)
+        });
+        if unchanged {
+            return;
+        }
+    }
     let Ok(view) = serde_json::from_slice::<ObjectView>(json) else {
         return;
     };
@@ -92,10 +116,7 @@ fn apply(api: &ApiServer, source: Source, event: &CacheEvent, event_type: EventT
     );
     let deleted = event_type == EventType::Deleted;
     api.authorizer.update_node_graph(|graph| match source {
-        Source::Pods => {
-            let pod = (!deleted).then(|| view.pod());
-            graph.set_pod(namespace, name, pod.as_ref())
-        }
+        Source::Pods => graph.set_pod(namespace, name, (!deleted).then(|| view.pod()).as_ref()),
         Source::Volumes => {
             let pv = (!deleted).then(|| json!({"spec": view.spec}));
             graph.set_volume(name, pv.as_ref())
@@ -117,6 +138,24 @@ struct ObjectView {
     spec: Value,
     #[serde(default)]
     status: StatusView,
+}
+
+/// A pod's name, node and claim statuses; everything else is skipped unbuilt.
+#[derive(Deserialize)]
+struct PodHeader {
+    #[serde(default)]
+    metadata: MetaView,
+    #[serde(default)]
+    spec: NodeNameView,
+    #[serde(default)]
+    status: StatusView,
+}
+
+#[derive(Default, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct NodeNameView {
+    #[serde(default)]
+    node_name: String,
 }
 
 #[derive(Default, Deserialize)]

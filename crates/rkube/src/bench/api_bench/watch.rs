@@ -41,8 +41,12 @@ pub(super) async fn watch_scenario(
         .metadata
         .resource_version
         .ok_or_else(|| format!("LIST {path}: no metadata.resourceVersion"))?;
-    let watch_path: Arc<str> =
-        format!("{path}?watch=true&resourceVersion={}", query_escape(&rv)).into();
+    // Only the bench's own ConfigMaps: a cluster's controllers add others (kube-root-ca.crt).
+    let watch_path: Arc<str> = format!(
+        "{path}?watch=true&labelSelector=bench%3Drkube&resourceVersion={}",
+        query_escape(&rv)
+    )
+    .into();
 
     warm_up(client, WATCH_WRITERS).await?;
     let encodings_before = encoded_frames(client).await;

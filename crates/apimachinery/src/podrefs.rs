@@ -37,6 +37,18 @@ fn named_at<'a>(v: &'a Value, pointer: &str, field: &str) -> Option<&'a str> {
     Some(obj[field].as_str().unwrap_or(""))
 }
 
+/// The names every container's `envFrom` (at `env_from`) and `env` (at `env`) take objects from.
+fn env_names<'a>(spec: &'a Value, env_from: &str, env: &str, names: &mut Vec<&'a str>) {
+    for c in all_containers(spec) {
+        for e in c["envFrom"].as_array().into_iter().flatten() {
+            names.extend(named_at(e, env_from, "name"));
+        }
+        for e in c["env"].as_array().into_iter().flatten() {
+            names.extend(named_at(e, env, "name"));
+        }
+    }
+}
+
 /// The secrets a pod spec names: image pull secrets, env and envFrom of every container, and every
 /// volume source that takes a secret (secret, projected secret, azureFile, cephfs, cinder,
 /// flexVolume, rbd, scaleIO, iscsi, storageos, csi's nodePublishSecretRef).
@@ -45,14 +57,7 @@ pub fn pod_secret_names(spec: &Value) -> Vec<&str> {
     for s in spec["imagePullSecrets"].as_array().into_iter().flatten() {
         names.push(s["name"].as_str().unwrap_or(""));
     }
-    for c in all_containers(spec) {
-        for e in c["envFrom"].as_array().into_iter().flatten() {
-            names.extend(named_at(e, "/secretRef", "name"));
-        }
-        for e in c["env"].as_array().into_iter().flatten() {
-            names.extend(named_at(e, "/valueFrom/secretKeyRef", "name"));
-        }
-    }
+    env_names(spec, "/secretRef", "/valueFrom/secretKeyRef", &mut names);
     for v in volumes(spec) {
         names.extend(named_at(v, "/secret", "secretName"));
         names.extend(named_at(v, "/azureFile", "secretName"));
@@ -79,14 +84,12 @@ pub fn pod_secret_names(spec: &Value) -> Vec<&str> {
 /// projected configMap sources.
 pub fn pod_config_map_names(spec: &Value) -> Vec<&str> {
     let mut names = Vec::new();
-    for c in all_containers(spec) {
-        for e in c["envFrom"].as_array().into_iter().flatten() {
-            names.extend(named_at(e, "/configMapRef", "name"));
-        }
-        for e in c["env"].as_array().into_iter().flatten() {
-            names.extend(named_at(e, "/valueFrom/configMapKeyRef", "name"));
-        }
-    }
+    env_names(
+        spec,
+        "/configMapRef",
+        "/valueFrom/configMapKeyRef",
+        &mut names,
+    );
     for v in volumes(spec) {
         names.extend(named_at(v, "/configMap", "name"));
         for s in projected_sources(v) {

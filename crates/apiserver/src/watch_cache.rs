@@ -379,6 +379,51 @@ pub fn storage_of(key: &str) -> Option<&str> {
     }
 }
 
+/// Keeps an in-memory view of one resource in step with its cache, as upstream's in-process
+/// consumers do with informers: `reset`, then `apply` of every current object, before this returns
+/// (so the view is never empty once the server serves); then each change, from a task. When the
+/// cache closes the watcher for falling behind, the view is reloaded from scratch.
+pub fn follow<R, A>(caches: &Arc<CacheSet>, cache: Arc<WatchCache>, reset: R, apply: A)
+where
+    R: Fn() + Send + 'static,
+    A: Fn(&CacheEvent, EventType) + Send + 'static,
+{
+    let caches = caches.clone();
+    let mut live = load(&caches, &cache, &reset, &apply);
+    tokio::spawn(async move {
+        loop {
+            if let Some(rx) = live.as_mut() {
+                while let Some((event, event_type)) = rx.recv().await {
+                    apply(&event, event_type);
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            live = load(&caches, &cache, &reset, &apply);
+        }
+    });
+}
+
+/// Subscribes from the current state, resets the view and applies that state.
+fn load(
+    caches: &CacheSet,
+    cache: &WatchCache,
+    reset: &impl Fn(),
+    apply: &impl Fn(&CacheEvent, EventType),
+) -> Option<mpsc::Receiver<(Arc<CacheEvent>, EventType)>> {
+    let sub = cache
+        .subscribe(
+            Default::default(),
+            WatchStart::InitialState,
+            caches.revision(),
+        )
+        .ok()?;
+    reset();
+    for (event, event_type) in &sub.initial {
+        apply(event, *event_type);
+    }
+    Some(sub.live)
+}
+
 impl CacheSet {
     pub fn new() -> Arc<CacheSet> {
         let (revision, _) = tokio::sync::watch::channel(0);

@@ -20,7 +20,7 @@ use apimachinery::status::{ApiError, Details};
 
 use crate::authn::UserInfo;
 use crate::request::{ResourceRequest, Target, Verb};
-use crate::watch_cache::{EventType, WatchStart};
+use crate::watch_cache::EventType;
 use crate::ApiServer;
 
 /// What a request does, as the authorizers see it (upstream `authorizer.Attributes`).
@@ -391,43 +391,14 @@ pub fn start(api: &Arc<ApiServer>) {
         let cache = api
             .caches
             .ensure(storage, "rbac.authorization.k8s.io", plural);
-        let api = api.clone();
-        let mut live = follow(&api, kind, &cache);
-        tokio::spawn(async move {
-            loop {
-                if let Some(rx) = live.as_mut() {
-                    while let Some((event, event_type)) = rx.recv().await {
-                        apply(&api, kind, &event.object.json, event_type);
-                    }
-                }
-                // The cache closed a watcher that fell behind: reload this kind from scratch.
-                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                live = follow(&api, kind, &cache);
-            }
-        });
+        let (reset_api, apply_api) = (api.clone(), api.clone());
+        crate::watch_cache::follow(
+            &api.caches,
+            cache,
+            move || reset_api.authorizer.update(|index| index.clear(kind)),
+            move |event, event_type| apply(&apply_api, kind, &event.object.json, event_type),
+        );
     }
-}
-
-type Live = tokio::sync::mpsc::Receiver<(Arc<crate::watch_cache::CacheEvent>, EventType)>;
-
-/// Replaces this kind's entries with the cache's current objects; returns the live channel.
-fn follow(
-    api: &Arc<ApiServer>,
-    kind: rbac::Kind,
-    cache: &crate::watch_cache::WatchCache,
-) -> Option<Live> {
-    let sub = cache
-        .subscribe(
-            Default::default(),
-            WatchStart::InitialState,
-            api.caches.revision(),
-        )
-        .ok()?;
-    api.authorizer.update(|index| index.clear(kind));
-    for (event, event_type) in &sub.initial {
-        apply(api, kind, &event.object.json, *event_type);
-    }
-    Some(sub.live)
 }
 
 fn apply(api: &ApiServer, kind: rbac::Kind, json: &[u8], event_type: EventType) {

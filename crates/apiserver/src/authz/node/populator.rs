@@ -8,7 +8,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::graph;
-use crate::watch_cache::{CacheEvent, EventType, WatchCache, WatchStart};
+use crate::watch_cache::{CacheEvent, EventType};
 use crate::ApiServer;
 
 #[derive(Clone, Copy, Debug)]
@@ -43,43 +43,23 @@ pub fn start(api: &Arc<ApiServer>) {
             continue;
         };
         let cache = api.caches.ensure(&storage, group, plural);
-        let api = api.clone();
-        let mut live = follow(&api, source, &cache);
-        tokio::spawn(async move {
-            loop {
-                if let Some(rx) = live.as_mut() {
-                    while let Some((event, event_type)) = rx.recv().await {
-                        apply(&api, source, &event, event_type);
-                    }
-                }
-                // The cache closed a watcher that fell behind: reload this source from scratch.
-                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-                live = follow(&api, source, &cache);
-            }
-        });
+        let (reset_api, apply_api) = (api.clone(), api.clone());
+        crate::watch_cache::follow(
+            &api.caches,
+            cache,
+            move || {
+                reset_api
+                    .authorizer
+                    .update_node_graph(|graph| match source {
+                        Source::Pods => graph.clear_pods(),
+                        Source::Volumes => graph.clear_volumes(),
+                        Source::Attachments => graph.clear_attachments(),
+                        Source::Slices => graph.clear_slices(),
+                    })
+            },
+            move |event, event_type| apply(&apply_api, source, event, event_type),
+        );
     }
-}
-
-type Live = tokio::sync::mpsc::Receiver<(Arc<CacheEvent>, EventType)>;
-
-fn follow(api: &Arc<ApiServer>, source: Source, cache: &WatchCache) -> Option<Live> {
-    let sub = cache
-        .subscribe(
-            Default::default(),
-            WatchStart::InitialState,
-            api.caches.revision(),
-        )
-        .ok()?;
-    api.authorizer.update_node_graph(|graph| match source {
-        Source::Pods => graph.clear_pods(),
-        Source::Volumes => graph.clear_volumes(),
-        Source::Attachments => graph.clear_attachments(),
-        Source::Slices => graph.clear_slices(),
-    });
-    for (event, event_type) in &sub.initial {
-        apply(api, source, event, *event_type);
-    }
-    Some(sub.live)
 }
 
 fn apply(api: &ApiServer, source: Source, event: &CacheEvent, event_type: EventType) {

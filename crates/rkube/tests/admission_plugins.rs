@@ -27,14 +27,11 @@ struct Fixture {
 
 impl Fixture {
     fn start() -> Fixture {
-        let tokens = tempfile::NamedTempFile::new().expect("token file");
-        std::fs::write(
-            tokens.path(),
+        let tokens = support::token_file(
             "node-a-token,system:node:a,uid-a,\"system:nodes\"\n\
              node-b-token,system:node:b,uid-b,\"system:nodes\"\n\
              alice-token,alice,1000\n",
-        )
-        .expect("write tokens");
+        );
         let c = Cluster::start_with(
             Backend::Sqlite,
             &[

@@ -71,15 +71,10 @@ struct Fixture {
 
 impl Fixture {
     fn start() -> Fixture {
-        let tokens = tempfile::NamedTempFile::new().expect("token file");
-        std::fs::write(
-            tokens.path(),
-            format!(
-                "{BOOTSTRAP_TOKEN},system:bootstrap:abcdef,uid-b,\"system:bootstrappers\"\n\
-                 {BOB_TOKEN},bob,uid-bob\n"
-            ),
-        )
-        .expect("write tokens");
+        let tokens = support::token_file(&format!(
+            "{BOOTSTRAP_TOKEN},system:bootstrap:abcdef,uid-b,\"system:bootstrappers\"\n\
+             {BOB_TOKEN},bob,uid-bob\n"
+        ));
         let c = Cluster::start_all(
             Backend::Sqlite,
             &["--token-auth-file", tokens.path().to_str().unwrap()],

@@ -497,8 +497,7 @@ fn patch_label_annotate_scale_delete(backend: Backend) {
 /// Health and version need no credentials; everything else needs a client certificate or a token from
 /// `--token-auth-file` (a bad one is 401) and an RBAC grant.
 fn authentication_and_health(backend: Backend) {
-    let tokens = tempfile::NamedTempFile::new().expect("token file");
-    std::fs::write(tokens.path(), "s3cret,alice,1000,\"dev,ops\"\n").expect("write tokens");
+    let tokens = support::token_file("s3cret,alice,1000,\"dev,ops\"\n");
     let c = Cluster::start_with(
         backend,
         &["--token-auth-file", tokens.path().to_str().unwrap()],

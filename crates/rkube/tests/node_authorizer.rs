@@ -16,13 +16,10 @@ struct Fixture {
 
 impl Fixture {
     fn start() -> Fixture {
-        let tokens = tempfile::NamedTempFile::new().expect("token file");
-        std::fs::write(
-            tokens.path(),
+        let tokens = support::token_file(
             "node-a-token,system:node:a,uid-a,\"system:nodes\"\n\
              node-b-token,system:node:b,uid-b,\"system:nodes\"\n",
-        )
-        .expect("write tokens");
+        );
         let c = Cluster::start_with(
             Backend::Sqlite,
             &["--token-auth-file", tokens.path().to_str().unwrap()],

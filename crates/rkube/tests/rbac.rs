@@ -18,12 +18,7 @@ struct Rbac {
 
 impl Rbac {
     fn start() -> Rbac {
-        let tokens = tempfile::NamedTempFile::new().expect("token file");
-        std::fs::write(
-            tokens.path(),
-            "alice-token,alice,1000,\"dev\"\nbob-token,bob,1001\n",
-        )
-        .expect("write tokens");
+        let tokens = support::token_file("alice-token,alice,1000,\"dev\"\nbob-token,bob,1001\n");
         let c = Cluster::start_with(
             Backend::Sqlite,
             &["--token-auth-file", tokens.path().to_str().unwrap()],

@@ -306,6 +306,15 @@ fn wait_with_timeout(mut child: Child, timeout: Duration, args: &[&str]) -> Outp
     }
 }
 
+/// A `--token-auth-file` holding `csv` (upstream's `token,user,uid,"group1,group2"` lines); kept
+/// while the returned handle lives.
+#[allow(dead_code)] // Not every test binary that includes this module uses it.
+pub fn token_file(csv: &str) -> tempfile::NamedTempFile {
+    let tokens = tempfile::NamedTempFile::new().expect("token file");
+    std::fs::write(tokens.path(), csv).expect("write tokens");
+    tokens
+}
+
 /// A small runtime for a test body (the tests themselves are plain `#[test]` functions).
 pub fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()

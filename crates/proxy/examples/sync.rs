@@ -85,14 +85,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         );
         let updated = proxy::endpointschangetracker::apply_endpoints_changes(&mut eps, &mut et)
             .updated_services;
+        // In place over the last sync's state, as the backend does (no copy of the state).
+        let mut state = n.state;
         let t = Instant::now();
-        let _ = proxy::nftables::rules::generate(
+        let _ = proxy::nftables::rules::update(
             &cfg,
             &services_map,
             &eps,
             false,
             &updated,
-            &n.state,
+            &mut state,
             &no_chains,
         );
         println!("nft partial generate {:?}", t.elapsed());

@@ -84,22 +84,30 @@ impl Backend for NftBackend {
         } else {
             HashSet::new()
         };
-        let prev = if full {
-            TableState::default()
-        } else {
-            self.state.clone()
-        };
-        let plan = rules::generate(cfg, services, endpoints, full, updated, &prev, &existing);
-        exec.run("nft", &["-f", "-"], Some(&plan.script))?;
+        let delta = rules::update(
+            cfg,
+            services,
+            endpoints,
+            full,
+            updated,
+            &mut self.state,
+            &existing,
+        );
+        if let Err(e) = exec.run("nft", &["-f", "-"], Some(&delta.changes.script(cfg))) {
+            // The state already describes the new table: start over (the proxier's next sync
+            // is a full one after an error).
+            self.state = TableState::default();
+            return Err(e.into());
+        }
         let now = Instant::now();
-        for c in plan.stale_chains {
+        for c in delta.stale_chains {
             self.stale.entry(c).or_insert(now);
         }
-        self.stale.retain(|c, _| !plan.state.chains.contains(c));
-        self.state = plan.state;
+        let chains = &self.state.chains;
+        self.stale.retain(|c, _| !chains.contains(c));
         Ok(BackendSync {
-            rules_written: plan.rules_written,
-            rules_total: plan.rules_total,
+            rules_written: delta.rules_written,
+            rules_total: delta.rules_total,
         })
     }
 

@@ -308,3 +308,210 @@ fn full_sync_cleans_chains_found_in_the_kernel() {
         assert!(p.script.contains(&format!("flush map ip kube-proxy {m}")));
     }
 }
+
+/// (map, key, verdict), chains, affinity sets: sorted.
+type Table = (Vec<(String, String, String)>, Vec<String>, Vec<String>);
+type Step = Box<dyn Fn(&mut Fixture)>;
+
+/// The table a state describes.
+fn table_of(st: &TableState) -> Table {
+    let mut els: Vec<(String, String, String)> = MAPS
+        .iter()
+        .flat_map(|m| {
+            st.elements(m)
+                .map(|(k, v)| (m.to_string(), k.to_string(), v.to_string()))
+        })
+        .collect();
+    els.sort();
+    let mut chains: Vec<String> = st.chains.iter().cloned().collect();
+    chains.sort();
+    let mut sets: Vec<String> = st.affinity_sets.iter().cloned().collect();
+    sets.sort();
+    (els, chains, sets)
+}
+
+#[test]
+fn partial_syncs_keep_the_state_of_a_full_sync() {
+    let mut f = Fixture::new();
+    for i in 0..6 {
+        let name = format!("s{i}");
+        f.service(svc(
+            "ns",
+            &name,
+            &format!("10.96.0.{}", 10 + i),
+            &[("http", 80, "TCP")],
+        ))
+        .slice(three("ns", &name));
+    }
+    f.apply();
+    let cfg = config();
+    let mut state = full(&f, &cfg).state;
+    let mut sticky = svc("ns", "s1", "10.96.0.11", &[("http", 80, "TCP")]);
+    sticky.spec.as_mut().unwrap().session_affinity = Some("ClientIP".into());
+    let steps: Vec<Step> = vec![
+        // One endpoint fewer.
+        Box::new(|f| {
+            f.slice(slice(
+                "ns",
+                "s0",
+                "s0-1",
+                ("http", 8080, "TCP"),
+                &[("10.244.1.1", "node-a", true, true, false)],
+            ));
+        }),
+        // No endpoints: the element moves to no-endpoint-services.
+        Box::new(|f| {
+            f.slice(slice("ns", "s2", "s2-1", ("http", 8080, "TCP"), &[]));
+        }),
+        Box::new(move |f| {
+            f.service(sticky.clone());
+        }),
+        Box::new(|f| {
+            f.delete_service(&svc("ns", "s3", "10.96.0.13", &[("http", 80, "TCP")]));
+        }),
+        // A new Service and a second port on another.
+        Box::new(|f| {
+            f.service(svc("ns", "new", "10.96.0.99", &[("http", 80, "TCP")]))
+                .slice(three("ns", "new"));
+            f.service(svc(
+                "ns",
+                "s4",
+                "10.96.0.14",
+                &[("http", 80, "TCP"), ("dns", 53, "UDP")],
+            ));
+        }),
+        Box::new(|f| {
+            f.service(with_type(
+                svc("ns", "s5", "10.96.0.15", &[("http", 80, "TCP")]),
+                "NodePort",
+                30005,
+            ));
+        }),
+    ];
+    for (i, step) in steps.iter().enumerate() {
+        step(&mut f);
+        let updated = f.apply();
+        let before = state.clone();
+        let d = update(
+            &cfg,
+            &f.services,
+            &f.endpoints,
+            false,
+            &updated,
+            &mut state,
+            &HashSet::new(),
+        );
+        let whole = full(&f, &cfg);
+        assert_eq!(table_of(&state), table_of(&whole.state), "step {i}");
+        assert_eq!(d.rules_total, whole.rules_total, "step {i}");
+        // Only the changed Services' chains are written.
+        for (c, _) in &d.changes.rules {
+            assert!(
+                updated
+                    .iter()
+                    .any(|u| c.contains(&format!("-{}/{}/", u.namespace, u.name))),
+                "step {i}: {c} written"
+            );
+        }
+        // The element changes turn the old table into the new one.
+        let mut old: HashMap<(String, String), String> = MAPS
+            .iter()
+            .flat_map(|m| {
+                before
+                    .elements(m)
+                    .map(|(k, v)| ((m.to_string(), k.to_string()), v.to_string()))
+            })
+            .collect();
+        for mc in &d.changes.maps {
+            for k in &mc.deletes {
+                assert!(old.remove(&(mc.map.to_string(), k.clone())).is_some());
+            }
+            for (k, v) in &mc.adds {
+                assert!(old
+                    .insert((mc.map.to_string(), k.clone()), v.clone())
+                    .is_none());
+            }
+        }
+        let mut now: Vec<(String, String, String)> =
+            old.into_iter().map(|((m, k), v)| (m, k, v)).collect();
+        now.sort();
+        assert_eq!(now, table_of(&state).0, "step {i}");
+        // Stale chains are exactly those gone.
+        for c in &d.stale_chains {
+            assert!(before.chains.contains(c) && !state.chains.contains(c));
+        }
+        assert_eq!(
+            d.stale_chains.len(),
+            before.chains.difference(&state.chains).count(),
+            "step {i}"
+        );
+    }
+}
+
+#[test]
+fn a_shared_key_falls_back_to_the_other_service() {
+    let mut f = Fixture::new();
+    let ext = |name: &str, ip: &str| {
+        let mut s = svc("ns", name, ip, &[("http", 80, "TCP")]);
+        s.spec.as_mut().unwrap().external_ips = Some(vec!["192.0.2.10".into()]);
+        s
+    };
+    f.service(ext("a", "10.96.0.1")).slice(three("ns", "a"));
+    f.service(ext("b", "10.96.0.2")).slice(three("ns", "b"));
+    f.apply();
+    let cfg = config();
+    let first = full(&f, &cfg);
+    let key = "192.0.2.10 . tcp . 80";
+    let verdict = |st: &TableState| st.element(SERVICE_IPS, key).unwrap().to_string();
+    assert!(verdict(&first.state).contains("-ns/b/"));
+    f.delete_service(&ext("b", "10.96.0.2"));
+    let updated = f.apply();
+    let mut state = first.state.clone();
+    let d = update(
+        &cfg,
+        &f.services,
+        &f.endpoints,
+        false,
+        &updated,
+        &mut state,
+        &HashSet::new(),
+    );
+    assert!(verdict(&state).contains("-ns/a/"), "{}", verdict(&state));
+    let mc = d
+        .changes
+        .maps
+        .iter()
+        .find(|m| m.map == SERVICE_IPS)
+        .unwrap();
+    assert!(mc.deletes.contains(&key.to_string()));
+    assert!(mc
+        .adds
+        .iter()
+        .any(|(k, v)| k == key && v.contains("-ns/a/")));
+    assert_eq!(table_of(&state), table_of(&full(&f, &cfg).state));
+}
+
+#[test]
+fn a_partial_sync_without_changes_writes_nothing() {
+    let mut f = Fixture::new();
+    f.service(web()).slice(three("ns", "web"));
+    f.apply();
+    let cfg = config();
+    let mut state = full(&f, &cfg).state;
+    let d = update(
+        &cfg,
+        &f.services,
+        &f.endpoints,
+        false,
+        &HashSet::new(),
+        &mut state,
+        &HashSet::new(),
+    );
+    assert!(d.changes.rules.is_empty() && d.changes.chains.is_empty());
+    assert!(d
+        .changes
+        .maps
+        .iter()
+        .all(|m| m.adds.is_empty() && m.deletes.is_empty()));
+    assert_eq!(d.rules_total, 1 + 3 + 3 * 2);
+}

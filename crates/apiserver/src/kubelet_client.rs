@@ -37,6 +37,9 @@ pub struct KubeletClientOptions {
     pub certificate_authority: Option<PathBuf>,
     /// Empty: [`DEFAULT_PREFERRED_ADDRESS_TYPES`].
     pub preferred_address_types: Vec<String>,
+    /// Dial kubelets from inside this network namespace (`/run/netns/NAME`): the one joining the
+    /// nodes of `rkube server --nodes N` (no upstream counterpart).
+    pub netns: Option<PathBuf>,
 }
 
 /// The API server's client for kubelets.
@@ -44,6 +47,7 @@ pub struct KubeletClient {
     verified: Arc<rustls::ClientConfig>,
     insecure: Arc<rustls::ClientConfig>,
     preferred: Vec<String>,
+    netns: Option<PathBuf>,
 }
 
 /// Where one node's kubelet listens.
@@ -103,6 +107,7 @@ impl KubeletClient {
             verified: Arc::new(verified),
             insecure: Arc::new(insecure),
             preferred,
+            netns: options.netns.clone(),
         })
     }
 
@@ -137,7 +142,7 @@ impl KubeletClient {
             } else {
                 self.verified.clone()
             }),
-            netns: None,
+            netns: self.netns.clone(),
         }
     }
 }

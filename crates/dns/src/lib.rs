@@ -54,6 +54,10 @@ pub struct Config {
     pub forward_timeout: Duration,
     /// Questions answered at once; beyond it they are REFUSED.
     pub max_inflight: usize,
+    /// Listen inside this network namespace (`/run/netns/NAME`) instead of the process's: the
+    /// namespace that joins the nodes of `rkube server --nodes N`. Upstream resolvers are still
+    /// asked from the process's namespace.
+    pub netns: Option<PathBuf>,
 }
 
 impl Config {
@@ -68,6 +72,7 @@ impl Config {
             resolv_conf: PathBuf::from("/etc/resolv.conf"),
             forward_timeout: Duration::from_secs(2),
             max_inflight: 1000,
+            netns: None,
         }
     }
 
@@ -111,7 +116,7 @@ impl Dns {
 pub async fn start(client: kube::Client, config: Config) -> Result<Dns, DnsError> {
     let snap_config = config.snapshot_config()?;
     let requested = SocketAddr::new(config.bind_address, config.port);
-    let (udp, tcp) = server::bind(config.bind_address, config.port)
+    let (udp, tcp) = server::bind(config.bind_address, config.port, config.netns.as_deref())
         .await
         .map_err(|e| DnsError::Bind(requested, e))?;
     let addr = udp.local_addr().map_err(|e| DnsError::Bind(requested, e))?;

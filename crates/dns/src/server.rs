@@ -225,14 +225,19 @@ async fn send<'a, R: ResponseHandler>(
     }
 }
 
-/// A bound UDP socket and TCP listener on the same port (port 0: a free one).
-pub async fn bind(ip: IpAddr, port: u16) -> std::io::Result<(UdpSocket, TcpListener)> {
+/// A bound UDP socket and TCP listener on the same port (port 0: a free one), inside the network
+/// namespace `netns` when given.
+pub async fn bind(
+    ip: IpAddr,
+    port: u16,
+    netns: Option<&std::path::Path>,
+) -> std::io::Result<(UdpSocket, TcpListener)> {
     let mut last = None;
     // With port 0 the UDP port may be taken for TCP: try a few.
     for _ in 0..10 {
-        let udp = UdpSocket::bind(SocketAddr::new(ip, port)).await?;
+        let udp = httpstream::netns::bind_udp(netns, SocketAddr::new(ip, port))?;
         let chosen = udp.local_addr()?.port();
-        match TcpListener::bind(SocketAddr::new(ip, chosen)).await {
+        match httpstream::netns::bind_tcp(netns, SocketAddr::new(ip, chosen)) {
             Ok(tcp) => return Ok((udp, tcp)),
             Err(e) if port == 0 => last = Some(e),
             Err(e) => return Err(e),
@@ -316,7 +321,7 @@ mod tests {
             Forwarder::new(ForwardConfig::new(Vec::new())),
             10,
         ));
-        let (udp, tcp) = bind("127.0.0.1".parse().expect("ip"), 0)
+        let (udp, tcp) = bind("127.0.0.1".parse().expect("ip"), 0, None)
             .await
             .expect("bind");
         let running = serve(state, udp, tcp).expect("serve");

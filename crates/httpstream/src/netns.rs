@@ -3,7 +3,9 @@
 //! and service proxies then reach pod IPs from inside it.
 //!
 //! A socket belongs to the namespace it is created in, whatever thread later uses it: a short-lived OS
-//! thread enters the namespace (`setns`), connects, and hands the connected socket to tokio.
+//! thread enters the namespace (`setns`), connects (or binds), and hands the socket to tokio. Several
+//! nodes on one machine (`rkube server --nodes N`) also listen this way: each kubelet inside its
+//! node's namespace, the cluster DNS inside the namespace that joins the nodes.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -31,6 +33,51 @@ pub async fn connect(
         .await
         .map_err(|_| std::io::Error::other("network namespace dialer thread died"))??;
     tokio::net::TcpStream::from_std(stream)
+}
+
+/// Runs `f` on a short-lived thread inside the network namespace at `netns`: sockets `f` creates
+/// stay in that namespace.
+pub fn within<T: Send + 'static>(
+    netns: &Path,
+    f: impl FnOnce() -> std::io::Result<T> + Send + 'static,
+) -> std::io::Result<T> {
+    let netns = netns.to_path_buf();
+    std::thread::Builder::new()
+        .name("netns-bind".into())
+        .spawn(move || enter(&netns).and_then(|()| f()))?
+        .join()
+        .map_err(|_| std::io::Error::other("network namespace thread panicked"))?
+}
+
+/// A TCP listener on `addr` inside `netns` (the host's namespace when `None`).
+pub fn bind_tcp(
+    netns: Option<&Path>,
+    addr: SocketAddr,
+) -> std::io::Result<tokio::net::TcpListener> {
+    let listen = move || {
+        let l = std::net::TcpListener::bind(addr)?;
+        l.set_nonblocking(true)?;
+        Ok(l)
+    };
+    let l = match netns {
+        Some(ns) => within(ns, listen)?,
+        None => listen()?,
+    };
+    tokio::net::TcpListener::from_std(l)
+}
+
+/// A UDP socket on `addr` inside `netns` (the host's namespace when `None`).
+pub fn bind_udp(netns: Option<&Path>, addr: SocketAddr) -> std::io::Result<tokio::net::UdpSocket> {
+    let bind = move || {
+        let s = std::net::UdpSocket::bind(addr)?;
+        s.set_nonblocking(true)?;
+        Ok(s)
+    };
+    let s = match netns {
+        Some(ns) => within(ns, bind)?,
+        None => bind()?,
+    };
+    tokio::net::UdpSocket::from_std(s)
 }
 
 /// Moves the calling thread into the network namespace at `path`.

@@ -243,10 +243,12 @@ async fn start_server(
     domain: &str,
     default_address: IpAddr,
     ns_addrs: Vec<IpAddr>,
+    netns: Option<std::path::PathBuf>,
 ) -> Result<dns::Dns, String> {
     let address = listen.dns_bind_address.unwrap_or(default_address);
     let mut config = dns::Config::new(domain, address, listen.dns_port.unwrap_or(53));
     config.ns_addrs = ns_addrs;
+    config.netns = netns;
     match dns::start(client.clone(), config.clone()).await {
         Ok(d) => Ok(d),
         Err(dns::DnsError::Bind(a, e)) if listen.dns_port.is_none() => {
@@ -265,6 +267,7 @@ pub async fn start_in_server(
     service_range: &str,
     node_ip: Option<IpAddr>,
     node_name: Option<&str>,
+    on_fabric: Option<(std::path::PathBuf, IpAddr)>,
     kubeconfig: &Path,
 ) -> Result<Option<ClusterDns>, String> {
     if flags.disable_dns {
@@ -273,7 +276,10 @@ pub async fn start_in_server(
     let wanted_ip = indexed_ip(service_range, 10)?;
     let client = client::kubeconfig::client_from_file(kubeconfig).await?;
     let cluster_ip = ensure_service(&client, wanted_ip).await?;
-    let default_address = node_ip
+    let default_address = on_fabric
+        .as_ref()
+        .map(|(_, ip)| *ip)
+        .or(node_ip)
         .or_else(kubelet::machine::default_node_ip)
         .unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
     let server = start_server(
@@ -282,6 +288,7 @@ pub async fn start_in_server(
         domain,
         default_address,
         vec![cluster_ip],
+        on_fabric.map(|(ns, _)| ns),
     )
     .await?;
     // An unspecified bind address is reached at the node's IP.
@@ -321,6 +328,7 @@ pub async fn run(args: DnsArgs) -> Result<(), String> {
         &args.cluster_domain,
         default_address,
         ns_addrs,
+        None,
     )
     .await?;
     eprintln!(

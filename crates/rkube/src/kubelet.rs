@@ -166,6 +166,7 @@ pub async fn run(args: KubeletArgs) -> Result<(), String> {
         &flags,
         &root,
         root.join("containerd"),
+        root.join("images"),
         flags
             .pod_logs_dir
             .clone()
@@ -276,6 +277,7 @@ pub async fn start_local_node(
         flags,
         &root,
         data_dir.join("containerd"),
+        data_dir.join("images"),
         logs,
         Some(client),
         port,
@@ -298,12 +300,81 @@ pub async fn start_local_node(
     .await
 }
 
-/// A kubelet with its runtime: the given endpoint, or containerd started under `containerd_dir`;
-/// `serve` sets up its HTTPS server.
+/// Node `i` of `rkube server --nodes N`: its own containerd and state under
+/// `<data-dir>/nodes/<name>` (node 0 under `<data-dir>`, as a single node), in its own network
+/// namespace at its address on the fabric, where its HTTPS server listens too. Static pods run on
+/// node 0 only.
+pub async fn start_fabric_node(
+    flags: &KubeletFlags,
+    data_dir: &std::path::Path,
+    kubeconfig: &std::path::Path,
+    fabric: &crate::nodes::Fabric,
+    i: usize,
+) -> Result<Option<LocalNode>, String> {
+    let data_dir = std::path::absolute(data_dir).map_err(|e| e.to_string())?;
+    let client = client::kubeconfig::client_from_file(kubeconfig).await?;
+    let base = flags
+        .node_name
+        .clone()
+        .unwrap_or_else(kubelet::machine::hostname);
+    let name = crate::nodes::Fabric::node_name(&base, i);
+    let home = if i == 0 {
+        data_dir.clone()
+    } else {
+        data_dir.join("nodes").join(&name)
+    };
+    let mut flags = flags.clone();
+    flags.node_name = Some(name.clone());
+    flags.node_ip = Some(fabric.node_ip(i).into());
+    flags.pod_network_namespace = Some(fabric.node_ns(i));
+    if i > 0 {
+        flags.root_dir = None;
+        flags.pod_logs_dir = None;
+        flags.pod_manifest_path = None;
+        flags.manifest_url = None;
+    }
+    // Each kubelet owns the pod cgroups under its root: the nodes' roots must not nest.
+    flags.cgroup_root = format!("{}/{name}", flags.cgroup_root.trim_end_matches('/'));
+    let root = flags
+        .root_dir
+        .clone()
+        .unwrap_or_else(|| home.join("kubelet"));
+    let logs = flags
+        .pod_logs_dir
+        .clone()
+        .unwrap_or_else(|| home.join("kubelet").join("pod-logs"));
+    let netns = PathBuf::from("/run/netns").join(fabric.node_ns(i));
+    start_node(
+        &flags,
+        &root,
+        home.join("containerd"),
+        data_dir.join("images"),
+        logs,
+        Some(client),
+        10250,
+        |config| {
+            config.server.address = config.node_ip;
+            config.server.netns = Some(netns);
+            config.server.client_ca_file = Some(data_dir.join("pki").join("ca.crt"));
+            let names = vec![config.node_name.clone(), config.node_ip.to_string()];
+            config.server.serving_cert = Some(
+                apiserver::certs::issue_serving(&data_dir, &config.node_name, &names)
+                    .map_err(|e| e.to_string())?,
+            );
+            Ok(())
+        },
+    )
+    .await
+}
+
+/// A kubelet with its runtime: the given endpoint, or containerd started under `containerd_dir`
+/// with the image archives of `images` imported; `serve` sets up its HTTPS server.
+#[allow(clippy::too_many_arguments)]
 async fn start_node(
     flags: &KubeletFlags,
     root_dir: &std::path::Path,
     containerd_dir: PathBuf,
+    images: PathBuf,
     pod_logs_dir: PathBuf,
     client: Option<kube::Client>,
     port: u16,
@@ -329,10 +400,6 @@ async fn start_node(
                 .map_err(|e| format!("{}: {e}", options.dir.display()))?;
             let c =
                 kubelet::containerd::Containerd::start(options, Duration::from_secs(60)).await?;
-            let images = containerd_dir
-                .parent()
-                .unwrap_or(&containerd_dir)
-                .join("images");
             let imported = c.import_images(&images).await?;
             if !imported.is_empty() {
                 eprintln!(

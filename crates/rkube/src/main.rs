@@ -7,6 +7,7 @@ mod dns;
 mod kubelet;
 mod leader;
 mod local_path;
+mod nodes;
 mod proxy;
 mod serve;
 mod sim;

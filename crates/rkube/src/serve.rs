@@ -140,6 +140,16 @@ pub struct ServeArgs {
     kubelet_address: IpAddr,
     #[command(flatten)]
     kubelet: crate::kubelet::KubeletFlags,
+    /// Run N real nodes in this process, each a kubelet with its own containerd in a network
+    /// namespace of its own (`<ns>`, `<ns>-1`, ...; `<ns>` is --pod-network-namespace, else
+    /// `rkube`), joined by `<ns>-fabric` and routed host-gw style; the nodes are named --node-name
+    /// (else the host name), then `<name>-1`, ... Without it, one node shares the host's network.
+    #[arg(long)]
+    nodes: Option<usize>,
+    /// The nodes' addresses with --nodes: the first for the control plane (the cluster DNS listens
+    /// there), then one per node.
+    #[arg(long, default_value = "172.31.0.0/24")]
+    node_network_cidr: String,
     /// Simulated nodes to run in this process (see `rkube sim`).
     #[arg(long, default_value_t = 0)]
     sim_nodes: usize,
@@ -230,6 +240,7 @@ impl ServeArgs {
             client_key: self.kubelet_client_key.clone(),
             certificate_authority: self.kubelet_certificate_authority.clone(),
             preferred_address_types: self.kubelet_preferred_address_types.clone(),
+            netns: None,
         };
         // Pods kept in a network namespace of their own are proxied to from inside it.
         config.pod_network_namespace = self
@@ -238,11 +249,36 @@ impl ServeArgs {
             .as_ref()
             .filter(|_| !self.disable_kubelet)
             .map(|name| PathBuf::from("/run/netns").join(name));
+        // Several nodes: kubelets and pods are reached from the namespace that joins them.
+        if let Some(fabric) = self.fabric()? {
+            config.pod_network_namespace = Some(fabric.fabric_ns_path());
+            config.kubelet.netns = Some(fabric.fabric_ns_path());
+        }
         Ok(config)
+    }
+
+    /// The nodes' network with --nodes (and a local node at all).
+    fn fabric(&self) -> Result<Option<crate::nodes::Fabric>, String> {
+        match self.nodes {
+            Some(n) if !self.disable_kubelet => {
+                let prefix = self
+                    .kubelet
+                    .pod_network_namespace
+                    .as_deref()
+                    .unwrap_or("rkube");
+                crate::nodes::Fabric::new(prefix, &self.node_network_cidr, n).map(Some)
+            }
+            _ => Ok(None),
+        }
     }
 }
 
 pub async fn run(args: ServeArgs) -> Result<(), String> {
+    let fabric = args.fabric()?;
+    if let Some(f) = &fabric {
+        f.setup()
+            .map_err(|e| format!("--nodes: setting up the nodes' network: {e}"))?;
+    }
     // The components' work queue metrics are served on the API server's /metrics.
     let queues: apiserver::metrics::ExtraMetrics =
         std::sync::Arc::new(|| client::workqueue::MetricsRegistry::global().render());
@@ -305,16 +341,20 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
     } else {
         None
     };
-    // Cluster DNS (kube-system/kube-dns), named in the local kubelet's pods' resolv.conf.
+    // Cluster DNS (kube-system/kube-dns), named in the local kubelet's pods' resolv.conf. With
+    // several nodes it listens on the fabric, where every node's pods reach it.
     let cluster_dns = crate::dns::start_in_server(
         &args.dns,
         &args.kubelet.cluster_domain,
         &args.service_cluster_ip_range,
         args.kubelet.node_ip,
-        (!args.disable_kubelet)
+        (!args.disable_kubelet && fabric.is_none())
             .then(|| args.kubelet.node_name.clone())
             .flatten()
             .as_deref(),
+        fabric
+            .as_ref()
+            .map(|f| (f.fabric_ns_path(), f.gateway().into())),
         &args.data_dir.join("admin.kubeconfig"),
     )
     .await
@@ -328,6 +368,9 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
         if kubelet_flags.cluster_dns.is_empty() {
             kubelet_flags.cluster_dns = vec![ns.to_string()];
         }
+    }
+    if let Some(fabric) = &fabric {
+        return run_nodes(&args, fabric, &kubelet_flags, proxied, running).await;
     }
     let _local_node = if !args.disable_kubelet {
         let kubeconfig = args.data_dir.join("admin.kubeconfig");
@@ -357,6 +400,55 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
         }
         _ => None,
     };
+    tokio::select! {
+        _ = running.wait() => Ok(()),
+        _ = tokio::signal::ctrl_c() => Ok(()),
+    }
+}
+
+/// The nodes of --nodes, each with its kube-proxy, and the routes between them; then runs until the
+/// server stops.
+async fn run_nodes(
+    args: &ServeArgs,
+    fabric: &crate::nodes::Fabric,
+    kubelet_flags: &crate::kubelet::KubeletFlags,
+    proxied: bool,
+    running: apiserver::Running,
+) -> Result<(), String> {
+    let kubeconfig = args.data_dir.join("admin.kubeconfig");
+    let mut nodes = Vec::new();
+    let mut proxies = Vec::new();
+    for i in 0..fabric.nodes {
+        let Some(node) = crate::kubelet::start_fabric_node(
+            kubelet_flags,
+            &args.data_dir,
+            &kubeconfig,
+            fabric,
+            i,
+        )
+        .await?
+        else {
+            break;
+        };
+        if proxied {
+            let client = client::kubeconfig::client_from_file(&kubeconfig).await?;
+            proxies.push(AbortOnDrop(crate::proxy::start_local(
+                client,
+                &args.proxy,
+                node.node_name().to_string(),
+                args.controllers.embedded_cluster_cidr(),
+                Some(&fabric.node_ns(i)),
+            )));
+        }
+        nodes.push(node);
+    }
+    let names = nodes.iter().map(|n| n.node_name().to_string()).collect();
+    let client = client::kubeconfig::client_from_file(&kubeconfig).await?;
+    let _routes = AbortOnDrop(tokio::spawn(crate::nodes::run_routes(
+        client,
+        fabric.clone(),
+        names,
+    )));
     tokio::select! {
         _ = running.wait() => Ok(()),
         _ = tokio::signal::ctrl_c() => Ok(()),

@@ -50,6 +50,9 @@ pub struct ServerConfig {
     pub hostnames: Vec<String>,
     /// `--client-ca-file`: clients must present a certificate signed by it.
     pub client_ca_file: Option<PathBuf>,
+    /// Listen inside this network namespace (`/run/netns/NAME`): a node of `rkube server --nodes N`
+    /// listens at its address in its own namespace, as a kubelet on its own machine would.
+    pub netns: Option<PathBuf>,
 }
 
 impl ServerConfig {
@@ -63,6 +66,7 @@ impl ServerConfig {
             cert_dir,
             hostnames: Vec::new(),
             client_ca_file: None,
+            netns: None,
         }
     }
 }
@@ -116,14 +120,16 @@ pub async fn bind(config: &ServerConfig) -> Result<Listener, String> {
         .with_single_cert(certs, key)
         .map_err(|e| format!("kubelet serving certificate: {e}"))?;
     tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
-    let tcp = tokio::net::TcpListener::bind((config.address, config.port))
-        .await
-        .map_err(|e| {
-            format!(
-                "kubelet server: cannot listen on {}:{}: {e}",
-                config.address, config.port
-            )
-        })?;
+    let tcp = httpstream::netns::bind_tcp(
+        config.netns.as_deref(),
+        SocketAddr::new(config.address, config.port),
+    )
+    .map_err(|e| {
+        format!(
+            "kubelet server: cannot listen on {}:{}: {e}",
+            config.address, config.port
+        )
+    })?;
     let addr = tcp.local_addr().map_err(|e| e.to_string())?;
     Ok(Listener {
         tcp,

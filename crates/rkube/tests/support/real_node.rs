@@ -55,6 +55,36 @@ impl RealNode {
         RealNode::start_with(images, &[])
     }
 
+    /// `n` real nodes (`rkube server --nodes n`), named [`NODE`], `NODE-1`, ..., each in a network
+    /// namespace of its own joined by one the server makes (all named after [`RealNode::netns`]).
+    pub fn start_nodes(n: usize, images: &[&str], extra_args: &[&str]) -> RealNode {
+        let count = n.to_string();
+        let mut args = vec!["--nodes", count.as_str()];
+        args.extend_from_slice(extra_args);
+        let node = RealNode::start_with(images, &args);
+        for i in 1..n {
+            let name = format!("{NODE}-{i}");
+            wait_for(
+                &format!("node {name} to be Ready"),
+                Duration::from_secs(120),
+                || {
+                    let out = node.cluster.kubectl_output(
+                        &[
+                            "get",
+                            "node",
+                            &name,
+                            "-o",
+                            "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+                        ],
+                        None,
+                    );
+                    (String::from_utf8_lossy(&out.stdout) == "True").then_some(())
+                },
+            );
+        }
+        node
+    }
+
     /// A node with `images` imported, and more `rkube server` flags.
     pub fn start_with(images: &[&str], extra_args: &[&str]) -> RealNode {
         let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
@@ -299,9 +329,22 @@ fn sweep(data: &Path, cgroup_root: &str, netns: &str) {
             .args(["-l", m])
             .output();
     }
-    let _ = std::process::Command::new("ip")
-        .args(["netns", "del", netns])
-        .output();
+    // The node's namespace, and with several nodes theirs and the fabric's (`<netns>-...`).
+    let mut namespaces = vec![netns.to_string()];
+    if let Ok(entries) = std::fs::read_dir("/run/netns") {
+        let prefix = format!("{netns}-");
+        namespaces.extend(
+            entries
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(&prefix)),
+        );
+    }
+    for ns in namespaces {
+        let _ = std::process::Command::new("ip")
+            .args(["netns", "del", &ns])
+            .output();
+    }
 }
 
 fn collect_dirs(dir: &Path, out: &mut Vec<PathBuf>) {

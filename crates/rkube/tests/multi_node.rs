@@ -1,0 +1,179 @@
+//! Two real nodes on one machine (`rkube server --nodes 2`): each kubelet with its containerd in a
+//! network namespace of its own, joined by a third that the server makes; the kube-proxy of each
+//! node; the cluster DNS on the fabric. Pods on one node reach a Service whose pods are on the other,
+//! and a StatefulSet's pods by their DNS names, in nftables and in iptables mode.
+
+#[path = "support/real_node.rs"]
+mod real_node;
+mod support;
+
+use std::time::Duration;
+
+use real_node::{wait_for, RealNode, NODE};
+use serde_json::Value;
+
+/// nginx pods pinned to the second node, a ClusterIP Service over them, and a StatefulSet of two
+/// whose pods must land on different nodes, under a headless Service.
+fn workloads(other: &str) -> String {
+    format!(
+        "apiVersion: apps/v1
+kind: Deployment
+metadata: {{name: web}}
+spec:
+  replicas: 2
+  selector: {{matchLabels: {{app: web}}}}
+  template:
+    metadata: {{labels: {{app: web}}}}
+    spec:
+      nodeSelector: {{kubernetes.io/hostname: {other}}}
+      containers: [{{name: nginx, image: nginx}}]
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: web}}
+spec:
+  selector: {{app: web}}
+  ports: [{{port: 80}}]
+---
+apiVersion: v1
+kind: Service
+metadata: {{name: nginx-sts}}
+spec:
+  clusterIP: None
+  selector: {{app: nginx-sts}}
+  ports: [{{port: 80, name: web}}]
+---
+apiVersion: apps/v1
+kind: StatefulSet
+metadata: {{name: nginx-sts}}
+spec:
+  serviceName: nginx-sts
+  replicas: 2
+  selector: {{matchLabels: {{app: nginx-sts}}}}
+  template:
+    metadata: {{labels: {{app: nginx-sts}}}}
+    spec:
+      affinity:
+        podAntiAffinity:
+          requiredDuringSchedulingIgnoredDuringExecution:
+          - labelSelector: {{matchLabels: {{app: nginx-sts}}}}
+            topologyKey: kubernetes.io/hostname
+      containers: [{{name: nginx, image: nginx}}]
+"
+    )
+}
+
+/// A busybox pod on `node` that runs `script` once; whether it succeeded, and its log.
+fn run_client(node: &RealNode, name: &str, on: &str, script: &str) -> (bool, String) {
+    let pod = serde_json::json!({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+        "spec": {"restartPolicy": "Never", "nodeName": on, "containers": [{
+            "name": "c", "image": "busybox", "command": ["sh", "-c", script]}]},
+    });
+    node.apply(&pod.to_string());
+    let done = node.wait_pod(name, "ended", Duration::from_secs(180), |p| {
+        matches!(p["status"]["phase"].as_str(), Some("Succeeded" | "Failed"))
+    });
+    // Through the API server and the pod's kubelet (the log is on that node).
+    (
+        done["status"]["phase"] == "Succeeded",
+        node.kubectl(&["logs", name]),
+    )
+}
+
+fn ready_endpoints(node: &RealNode, service: &str) -> usize {
+    let out = node.kubectl(&[
+        "get",
+        "endpointslices",
+        "-l",
+        &format!("kubernetes.io/service-name={service}"),
+        "-o",
+        "json",
+    ]);
+    let Ok(slices) = serde_json::from_str::<Value>(&out) else {
+        return 0;
+    };
+    slices["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|s| s["endpoints"].as_array().into_iter().flatten())
+        .filter(|e| e["conditions"]["ready"] == true)
+        .count()
+}
+
+/// Retries `cmd` for up to 60 s (the proxy syncs within a second of a change, routes follow the
+/// Nodes' pod CIDRs within a second); `timeout` rather than wget's `-T`, which crashes Debian's
+/// static busybox.
+fn retried(cmd: &str) -> String {
+    format!("for i in $(seq 1 60); do timeout 3 {cmd} && exit 0; sleep 1; done; exit 1")
+}
+
+fn pods_cross_nodes(mode: &str) {
+    let mut node = RealNode::start_nodes(
+        2,
+        &["nginx", "busybox"],
+        &["--proxy-mode", mode, "--dns-port", "53"],
+    );
+    let other = format!("{NODE}-1");
+    node.apply(&workloads(&other));
+    wait_for("web's two endpoints", Duration::from_secs(180), || {
+        (ready_endpoints(&node, "web") == 2).then_some(())
+    });
+    wait_for("nginx-sts's two pods", Duration::from_secs(180), || {
+        (ready_endpoints(&node, "nginx-sts") == 2).then_some(())
+    });
+    let hosts: Vec<String> = (0..2)
+        .map(|i| {
+            node.kubectl(&[
+                "get",
+                "pod",
+                &format!("nginx-sts-{i}"),
+                "-o",
+                "jsonpath={.spec.nodeName}",
+            ])
+        })
+        .collect();
+    assert_ne!(hosts[0], hosts[1], "{mode}: anti-affinity: {hosts:?}");
+
+    // Pod to Service across nodes: the client on the first node, web's pods on the second; by the
+    // Service's name, so the cluster DNS answers too.
+    let (ok, log) = run_client(
+        &node,
+        "to-service",
+        NODE,
+        &retried("wget -qO- http://web.default.svc.cluster.local/"),
+    );
+    assert!(
+        ok && log.contains("Welcome to nginx!"),
+        "{mode}: web from {NODE}: {log}"
+    );
+
+    // A StatefulSet pod by its stable name (the search path completes it) and the headless
+    // Service's name (its pods' addresses), from the second node.
+    let (ok, log) = run_client(
+        &node,
+        "to-sts",
+        &other,
+        &format!(
+            "{} && {}",
+            retried("wget -qO- http://nginx-sts-1.nginx-sts/"),
+            retried("wget -qO- http://nginx-sts.default.svc.cluster.local/")
+        ),
+    );
+    assert!(
+        ok && log.matches("Welcome to nginx!").count() >= 2,
+        "{mode}: nginx-sts from {other}: {log}"
+    );
+    node.cleanup();
+}
+
+#[test]
+fn pods_cross_nodes_nftables() {
+    pods_cross_nodes("nftables");
+}
+
+#[test]
+fn pods_cross_nodes_iptables() {
+    pods_cross_nodes("iptables");
+}

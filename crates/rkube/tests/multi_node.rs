@@ -177,3 +177,74 @@ fn pods_cross_nodes_nftables() {
 fn pods_cross_nodes_iptables() {
     pods_cross_nodes("iptables");
 }
+
+/// The first run the README shows, with kubectl alone: a Deployment of nginx, `kubectl expose`, and
+/// `kubectl run` of busybox fetching the Service by its short name (on one node of `--nodes 1`, the
+/// closest a test gets to the host's own network).
+#[test]
+fn kubectl_first_run() {
+    let mut node = RealNode::start_nodes(
+        1,
+        &["nginx", "busybox"],
+        &["--proxy-mode", "nftables", "--dns-port", "53"],
+    );
+    node.kubectl(&[
+        "create",
+        "deployment",
+        "web",
+        "--image=nginx",
+        "--replicas=3",
+    ]);
+    node.kubectl(&["expose", "deployment", "web", "--port=80"]);
+    wait_for("web's three endpoints", Duration::from_secs(180), || {
+        (ready_endpoints(&node, "web") == 3).then_some(())
+    });
+    // The proxy syncs within its one-second minimum period; wait until its rules name the
+    // Service and every endpoint rather than racing it.
+    let mut wanted = vec![node.kubectl(&["get", "svc", "web", "-o", "jsonpath={.spec.clusterIP}"])];
+    wanted.extend(
+        node.kubectl(&[
+            "get",
+            "pods",
+            "-l",
+            "app=web",
+            "-o",
+            "jsonpath={.items[*].status.podIP}",
+        ])
+        .split_whitespace()
+        .map(str::to_string),
+    );
+    wait_for("the proxy's rules for web", Duration::from_secs(30), || {
+        let out = std::process::Command::new("ip")
+            .args(["netns", "exec", &node.netns, "nft", "list", "ruleset"])
+            .output()
+            .ok()?;
+        let rules = String::from_utf8_lossy(&out.stdout);
+        wanted
+            .iter()
+            .all(|w| rules.contains(w.as_str()))
+            .then_some(())
+    });
+    let out = node.cluster.kubectl_output(
+        &[
+            "run",
+            "-i",
+            "--rm",
+            "c",
+            "--image=busybox",
+            "--restart=Never",
+            "--",
+            "wget",
+            "-qO-",
+            "web",
+        ],
+        None,
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("Welcome to nginx!"),
+        "kubectl run: {stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    node.cleanup();
+}

@@ -17,6 +17,8 @@ pub mod iptables;
 pub mod metrics;
 pub mod names;
 pub mod netns;
+/// NetworkPolicy enforcement (kube-router/Calico's job upstream), run beside the proxier.
+pub mod networkpolicy;
 pub mod nftables;
 pub mod objects;
 pub mod proxier;

@@ -1,5 +1,6 @@
 //! `rkube proxy`: kube-proxy (upstream `cmd/kube-proxy`), flags with upstream's names, then
 //! [`::proxy::run::run`]; and the proxy `rkube server` runs for its local node ([`start_local`]).
+//! Both also run the NetworkPolicy agent ([`::proxy::networkpolicy::agent`]) unless told not to.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -45,6 +46,24 @@ pub struct ProxyArgs {
     /// Remove this mode's rules and exit (upstream --cleanup).
     #[arg(long)]
     cleanup: bool,
+    /// Enforce NetworkPolicies on this node with nftables (what a CNI such as kube-router or
+    /// Calico does upstream); `--enable-network-policy=false` leaves that to another agent.
+    #[arg(long, default_value = "true", num_args = 0..=1, default_missing_value = "true", require_equals = true)]
+    enable_network_policy: bool,
+}
+
+fn network_policy_options(
+    node_name: String,
+    exec: ::proxy::Exec,
+    min_sync_period: Duration,
+    sync_period: Duration,
+) -> ::proxy::networkpolicy::agent::Options {
+    ::proxy::networkpolicy::agent::Options {
+        node_name,
+        min_sync_period,
+        sync_period,
+        exec,
+    }
 }
 
 fn addr(s: &str, flag: &str) -> Result<Option<SocketAddr>, String> {
@@ -78,10 +97,20 @@ pub async fn run(args: ProxyArgs) -> Result<(), String> {
             node_labels: Default::default(),
         };
         let metrics = std::sync::Arc::new(::proxy::metrics::Metrics::new("cleanup"));
-        let mut p = ::proxy::Proxier::new(args.proxy_mode, cfg, exec, vec![], metrics);
-        return p.cleanup().map_err(|e| e.to_string());
+        let mut p = ::proxy::Proxier::new(args.proxy_mode, cfg, exec.clone(), vec![], metrics);
+        p.cleanup().map_err(|e| e.to_string())?;
+        return ::proxy::networkpolicy::agent::cleanup(&exec).map_err(|e| e.to_string());
     }
     let client = crate::cluster_client(args.kubeconfig.as_deref()).await?;
+    if args.enable_network_policy {
+        let opts = network_policy_options(
+            hostname.clone(),
+            exec.clone(),
+            args.min_sync_period,
+            args.sync_period,
+        );
+        tokio::spawn(::proxy::networkpolicy::agent::run(client.clone(), opts));
+    }
     let opts = ::proxy::run::Options {
         mode: args.proxy_mode,
         hostname,
@@ -108,11 +137,16 @@ pub struct ServerProxyFlags {
     /// The local node's proxy mode: nftables (default) or iptables.
     #[arg(long = "proxy-mode", default_value = "nftables")]
     pub mode: ::proxy::Mode,
+    /// Do not enforce NetworkPolicies on the local node (they are enforced beside its proxy,
+    /// with nftables, whatever the proxy mode).
+    #[arg(long)]
+    pub disable_network_policy: bool,
 }
 
 /// Runs kube-proxy for `rkube server`'s local node, with its rules where the node's pods are
 /// routed: the pod network namespace when there is one, else the host's. No `/healthz` or
 /// `/metrics` listener (their fixed ports would collide between servers on one machine).
+/// The NetworkPolicy agent runs in the same task, with its table in the same place.
 pub fn start_local(
     client: kube::Client,
     flags: &ServerProxyFlags,
@@ -124,6 +158,15 @@ pub fn start_local(
         Some(ns) => ::proxy::Exec::in_netns(ns),
         None => ::proxy::Exec::host(),
     };
+    let policy = (!flags.disable_network_policy).then(|| {
+        network_policy_options(
+            node_name.clone(),
+            exec.clone(),
+            Duration::from_secs(1),
+            Duration::from_secs(30),
+        )
+    });
+    let policy_client = client.clone();
     let opts = ::proxy::run::Options {
         mode: flags.mode,
         hostname: node_name,
@@ -137,8 +180,17 @@ pub fn start_local(
         exec,
     };
     tokio::spawn(async move {
-        if let Err(e) = ::proxy::run::run(client, opts).await {
-            eprintln!("rkube: proxy: {e}; Service IPs are not routed on the local node");
-        }
+        let proxy = async {
+            if let Err(e) = ::proxy::run::run(client, opts).await {
+                eprintln!("rkube: proxy: {e}; Service IPs are not routed on the local node");
+            }
+        };
+        // One task for both, so that aborting it (the server returning) stops both.
+        let policy = async {
+            if let Some(opts) = policy {
+                ::proxy::networkpolicy::agent::run(policy_client, opts).await;
+            }
+        };
+        tokio::join!(proxy, policy);
     })
 }

@@ -9,7 +9,7 @@ mod support;
 
 use std::time::Duration;
 
-use real_node::{condition, wait_for, RealNode};
+use real_node::{condition, wait_for, RealNode, NODE};
 use serde_json::{json, Value};
 
 /// nginx labelled app=server, with a readiness probe: the kubelet's probes come from the node,
@@ -53,12 +53,27 @@ spec:
 
 /// A busybox pod in `ns` with `labels` that runs `script` once; whether it succeeded.
 fn run_client(node: &RealNode, ns: &str, name: &str, labels: Value, script: &str) -> bool {
-    let pod = json!({
+    run_client_on(node, None, ns, name, labels, script)
+}
+
+/// [`run_client`] on node `on` (None: wherever the scheduler puts it).
+fn run_client_on(
+    node: &RealNode,
+    on: Option<&str>,
+    ns: &str,
+    name: &str,
+    labels: Value,
+    script: &str,
+) -> bool {
+    let mut pod = json!({
         "apiVersion": "v1", "kind": "Pod",
         "metadata": {"name": name, "namespace": ns, "labels": labels},
         "spec": {"restartPolicy": "Never", "containers": [{
             "name": "c", "image": "busybox", "command": ["sh", "-c", script]}]},
     });
+    if let Some(on) = on {
+        pod["spec"]["nodeName"] = json!(on);
+    }
     node.apply(&pod.to_string());
     let phase = wait_for(
         &format!("pod {ns}/{name} to end"),
@@ -209,4 +224,99 @@ fn policy_denies_then_allows_nftables() {
 #[test]
 fn policy_denies_then_allows_iptables() {
     policy_denies_then_allows("iptables");
+}
+
+/// Egress of pods labelled access=true: anywhere but the server (an ipBlock with an exception).
+fn egress_policy(server_ip: &str) -> String {
+    format!(
+        "apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {{name: no-server}}
+spec:
+  podSelector: {{matchLabels: {{access: 'true'}}}}
+  policyTypes: [Egress]
+  egress:
+  - to: [{{ipBlock: {{cidr: 0.0.0.0/0, except: ['{server_ip}/32']}}}}]
+"
+    )
+}
+
+/// Two nodes (`--nodes 2`): the server on the second, clients on the first. The server's node
+/// enforces its ingress rules against a peer on another node; the client's node enforces the
+/// client's egress rules (an ipBlock with an exception).
+fn policy_across_nodes(mode: &str) {
+    let mut node = RealNode::start_nodes(2, &["nginx", "busybox"], &["--proxy-mode", mode]);
+    let other = format!("{NODE}-1");
+    let mut server: Value = serde_yaml_ng::from_str(SERVER).unwrap();
+    server["spec"]["nodeName"] = json!(other);
+    node.apply(&server.to_string());
+    let server = node.wait_pod("server", "Ready", Duration::from_secs(180), |p| {
+        condition(p, "Ready") == "True"
+    });
+    let ip = server["status"]["podIP"].as_str().unwrap().to_string();
+    let (none, access) = (json!({}), json!({"access": "true"}));
+    let here = Some(NODE);
+
+    assert!(
+        run_client_on(
+            &node,
+            here,
+            "default",
+            "before",
+            none.clone(),
+            &until_reached(&ip)
+        ),
+        "{mode}: no policy, yet the server is unreachable from {NODE}"
+    );
+    node.apply(POLICY);
+    assert!(
+        run_client_on(
+            &node,
+            here,
+            "default",
+            "denied",
+            none.clone(),
+            &until_blocked(&ip)
+        ),
+        "{mode}: {other} let an unlabelled client of {NODE} in"
+    );
+    assert!(
+        run_client_on(
+            &node,
+            here,
+            "default",
+            "allowed",
+            access.clone(),
+            &until_reached(&ip)
+        ),
+        "{mode}: {other} kept out a labelled client of {NODE}"
+    );
+    node.apply(&egress_policy(&ip));
+    assert!(
+        run_client_on(
+            &node,
+            here,
+            "default",
+            "egress",
+            access.clone(),
+            &until_blocked(&ip)
+        ),
+        "{mode}: {NODE} let a client out to an address its egress rules except"
+    );
+    node.kubectl(&["delete", "networkpolicy", "server-access", "no-server"]);
+    assert!(
+        run_client_on(&node, here, "default", "after", access, &until_reached(&ip)),
+        "{mode}: the policies are gone, yet the client is kept out"
+    );
+    node.cleanup();
+}
+
+#[test]
+fn policy_across_nodes_nftables() {
+    policy_across_nodes("nftables");
+}
+
+#[test]
+fn policy_across_nodes_iptables() {
+    policy_across_nodes("iptables");
 }

@@ -417,6 +417,7 @@ pub async fn run(
     if server_config.hostnames.is_empty() {
         server_config.hostnames = vec![config.node_name.clone(), config.node_ip.to_string()];
     }
+    server_config.auth.check(client.is_some())?;
     let listener = crate::server::bind(&server_config).await?;
     config.port = listener.addr.port();
     let config = Arc::new(config);

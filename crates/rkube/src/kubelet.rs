@@ -82,8 +82,8 @@ pub struct KubeletArgs {
     /// Key of --tls-cert-file.
     #[arg(long)]
     tls_private_key_file: Option<PathBuf>,
-    /// CA bundle (PEM) that clients of the HTTPS server (the API server) must present certificates
-    /// from; without it any client may use the server, as upstream's defaults allow.
+    /// CA bundle (PEM) whose client certificates authenticate to the HTTPS server (the API server's
+    /// among them); the user is the certificate's CN, its groups the Os.
     #[arg(long)]
     client_ca_file: Option<PathBuf>,
     /// A kubeconfig whose credential (a bootstrap token) may ask for a client certificate: used when
@@ -96,6 +96,24 @@ pub struct KubeletArgs {
     /// Ask for a new client certificate before the current one expires (at 70-90% of its lifetime).
     #[arg(long)]
     rotate_certificates: bool,
+    /// Requests to the HTTPS server without credentials are `system:anonymous`; false: 401.
+    #[arg(long, default_value_t = true, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
+    anonymous_auth: bool,
+    /// Bearer tokens sent to the HTTPS server are checked with the API server (TokenReview).
+    #[arg(long, default_value_t = false, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
+    authentication_token_webhook: bool,
+    /// How long TokenReview answers are kept.
+    #[arg(long, default_value = "2m", value_parser = crate::serve::parse_duration)]
+    authentication_token_webhook_cache_ttl: Duration,
+    /// Authorization of the HTTPS server's requests: AlwaysAllow, or Webhook (SubjectAccessReview).
+    #[arg(long, default_value = "AlwaysAllow")]
+    authorization_mode: kubelet::server::auth::AuthorizationMode,
+    /// How long an allowed SubjectAccessReview answer is kept.
+    #[arg(long, default_value = "5m", value_parser = crate::serve::parse_duration)]
+    authorization_webhook_cache_authorized_ttl: Duration,
+    /// How long a denied SubjectAccessReview answer is kept.
+    #[arg(long, default_value = "30s", value_parser = crate::serve::parse_duration)]
+    authorization_webhook_cache_unauthorized_ttl: Duration,
     #[command(flatten)]
     flags: KubeletFlags,
 }
@@ -178,6 +196,14 @@ pub async fn run(args: KubeletArgs) -> Result<(), String> {
             config.server.tls_cert_file = args.tls_cert_file.clone();
             config.server.tls_private_key_file = args.tls_private_key_file.clone();
             config.server.client_ca_file = args.client_ca_file.clone();
+            config.server.auth = kubelet::server::auth::AuthConfig {
+                anonymous: args.anonymous_auth,
+                token_webhook: args.authentication_token_webhook,
+                token_webhook_cache_ttl: args.authentication_token_webhook_cache_ttl,
+                mode: args.authorization_mode,
+                cache_authorized_ttl: args.authorization_webhook_cache_authorized_ttl,
+                cache_unauthorized_ttl: args.authorization_webhook_cache_unauthorized_ttl,
+            };
             Ok(())
         },
     )
@@ -286,6 +312,8 @@ pub async fn start_local_node(
             // certificate) and serves a certificate from it.
             config.server.address = address;
             config.server.client_ca_file = Some(data_dir.join("pki").join("ca.crt"));
+            // As kubeadm and k3s run kubelets: tokens and authorization checked with the API server.
+            config.server.auth = kubelet::server::auth::AuthConfig::webhook();
             let mut names = vec![config.node_name.clone(), config.node_ip.to_string()];
             if !address.is_unspecified() && !names.contains(&address.to_string()) {
                 names.push(address.to_string());
@@ -356,6 +384,7 @@ pub async fn start_fabric_node(
             config.server.address = config.node_ip;
             config.server.netns = Some(netns);
             config.server.client_ca_file = Some(data_dir.join("pki").join("ca.crt"));
+            config.server.auth = kubelet::server::auth::AuthConfig::webhook();
             let names = vec![config.node_name.clone(), config.node_ip.to_string()];
             config.server.serving_cert = Some(
                 apiserver::certs::issue_serving(&data_dir, &config.node_name, &names)

@@ -3,13 +3,14 @@
 //! to the runtime's streaming server, see [`streaming`]), `/pods` and `/healthz`.
 //!
 //! TLS with the certificate given by flags, or a self-signed one kept in `<root-dir>/pki`
-//! (`kubelet.crt`, as upstream makes it). Clients authenticate with certificates from the client CA
-//! (`--client-ca-file`); without one every client is let in, as upstream's defaults
-//! (`--anonymous-auth=true`, `--authorization-mode=AlwaysAllow`) do.
+//! (`kubelet.crt`, as upstream makes it). Every request is authenticated and authorized first
+//! ([`auth`]): client certificates from `--client-ca-file`, bearer tokens through `TokenReview`,
+//! anonymous access; then `AlwaysAllow` or `SubjectAccessReview` (`--authorization-mode Webhook`).
 //!
-//! Differences: no authorization (`SubjectAccessReview`) of authenticated users, and no `/metrics`,
-//! `/stats`, `/spec`, `/configz`, `/runningpods` or `/checkpoint` endpoints.
+//! Differences: no `/metrics`, `/stats`, `/spec`, `/configz`, `/runningpods` or `/checkpoint`
+//! endpoints.
 
+pub mod auth;
 pub mod logs;
 pub mod streaming;
 
@@ -53,6 +54,8 @@ pub struct ServerConfig {
     /// Listen inside this network namespace (`/run/netns/NAME`): a node of `rkube server --nodes N`
     /// listens at its address in its own namespace, as a kubelet on its own machine would.
     pub netns: Option<PathBuf>,
+    /// Who may use the server (`authentication`/`authorization` of the kubelet configuration).
+    pub auth: auth::AuthConfig,
 }
 
 impl ServerConfig {
@@ -67,6 +70,7 @@ impl ServerConfig {
             hostnames: Vec::new(),
             client_ca_file: None,
             netns: None,
+            auth: auth::AuthConfig::default(),
         }
     }
 }
@@ -75,7 +79,7 @@ impl ServerConfig {
 pub struct Listener {
     tcp: tokio::net::TcpListener,
     tls: tokio_rustls::TlsAcceptor,
-    authenticate: bool,
+    auth: auth::AuthConfig,
     pub addr: SocketAddr,
 }
 
@@ -107,7 +111,11 @@ pub async fn bind(config: &ServerConfig) -> Result<Listener, String> {
             builder.with_client_cert_verifier(verifier)
         }
         None => {
-            tracing::warn!("kubelet server: no client CA; every client may read logs and exec");
+            if config.auth.anonymous && config.auth.mode == auth::AuthorizationMode::AlwaysAllow {
+                tracing::warn!(
+                    "kubelet server: anonymous access with AlwaysAllow: every client may read logs and exec"
+                );
+            }
             builder.with_no_client_auth()
         }
     };
@@ -134,7 +142,7 @@ pub async fn bind(config: &ServerConfig) -> Result<Listener, String> {
     Ok(Listener {
         tcp,
         tls: tokio_rustls::TlsAcceptor::from(Arc::new(tls)),
-        authenticate: config.client_ca_file.is_some(),
+        auth: config.auth.clone(),
         addr,
     })
 }
@@ -201,9 +209,14 @@ pub async fn serve(listener: Listener, kubelet: Arc<Kubelet>) {
     let Listener {
         tcp,
         tls,
-        authenticate,
+        auth,
         addr,
     } = listener;
+    let auth = Arc::new(auth::Auth::new(
+        auth,
+        &kubelet.config.node_name,
+        kubelet.client.clone(),
+    ));
     tracing::info!(%addr, "kubelet server listening");
     let mut connections = tokio::task::JoinSet::new();
     loop {
@@ -218,26 +231,37 @@ pub async fn serve(listener: Listener, kubelet: Arc<Kubelet>) {
             Some(_) = connections.join_next(), if !connections.is_empty() => continue,
         };
         let _ = stream.set_nodelay(true);
-        let (tls, kubelet) = (tls.clone(), kubelet.clone());
+        let (tls, kubelet, auth) = (tls.clone(), kubelet.clone(), auth.clone());
         connections.spawn(async move {
             let Ok(stream) = tls.accept(stream).await else {
                 tracing::debug!(%peer, "kubelet server: TLS handshake failed");
                 return;
             };
-            let user = stream
+            // Certificates are only asked for, and verified in the handshake, with a client CA.
+            let cert_user = stream
                 .get_ref()
                 .1
                 .peer_certificates()
                 .and_then(|c| c.first())
-                .is_some();
-            let authenticated = user || !authenticate;
-            let service = hyper::service::service_fn(move |req| {
-                let kubelet = kubelet.clone();
+                .and_then(|c| auth::User::from_certificate(c.as_ref()));
+            let cert_user = Arc::new(cert_user);
+            let service = hyper::service::service_fn(move |req: Request<Incoming>| {
+                let (kubelet, auth, cert_user) = (kubelet.clone(), auth.clone(), cert_user.clone());
                 async move {
-                    Ok::<_, Infallible>(if authenticated {
-                        handle(&kubelet, req).await
-                    } else {
-                        text(StatusCode::UNAUTHORIZED, "Unauthorized")
+                    let checked = auth
+                        .check(
+                            cert_user.as_ref().as_ref(),
+                            req.method(),
+                            req.uri().path(),
+                            req.headers(),
+                        )
+                        .await;
+                    Ok::<_, Infallible>(match checked {
+                        Ok(_) => handle(&kubelet, req).await,
+                        Err(auth::Refusal(code, message)) => text(
+                            StatusCode::from_u16(code).unwrap_or(StatusCode::FORBIDDEN),
+                            &message,
+                        ),
                     })
                 }
             });

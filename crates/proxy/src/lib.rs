@@ -13,6 +13,8 @@
 pub mod conntrack;
 pub mod endpointschangetracker;
 pub mod exec;
+/// Health-check node ports of Services with externalTrafficPolicy Local.
+pub mod healthcheck;
 pub mod iptables;
 pub mod metrics;
 pub mod names;

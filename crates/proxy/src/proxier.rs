@@ -190,6 +190,12 @@ impl Proxier {
         &self.exec
     }
 
+    /// The Service and endpoints maps as of the last sync (the health-check node ports follow
+    /// them).
+    pub fn maps(&self) -> (&ServicePortMap, &EndpointsMap) {
+        (&self.services, &self.endpoints)
+    }
+
     /// A Service was added (`old` None), updated, or deleted (`new` None). Returns whether a
     /// sync is needed.
     pub fn on_service(&mut self, old: Option<&Service>, new: Option<&Service>) -> bool {

@@ -1,6 +1,7 @@
 //! Running a proxier against a cluster (upstream `cmd/kube-proxy/app/server.go` and
 //! `pkg/proxy/config`): Service and EndpointSlice informers feed the change trackers, the node's
-//! own Node object its labels; the bounded-frequency runner syncs; `/healthz` and `/metrics` serve.
+//! own Node object its labels; the bounded-frequency runner syncs; `/healthz` and `/metrics` serve,
+//! and so do the Services' health-check node ports (`healthcheck`) after each sync.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -13,6 +14,7 @@ use k8s_openapi::api::core::v1::{Node, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 
 use crate::exec::Exec;
+use crate::healthcheck::{health_check_node_ports, local_ready_endpoints, ServiceHealthServer};
 use crate::metrics::Metrics;
 use crate::nftables::rules::Config;
 use crate::proxier::{Cidr, Mode, Proxier, ProxyError};
@@ -174,11 +176,33 @@ pub async fn run(client: kube::Client, opts: Options) -> Result<(), ProxyError> 
     let stop = Arc::new(AtomicBool::new(false));
     let (r, p, s) = (runner.clone(), proxier.clone(), stop.clone());
     let retry = opts.sync_period;
+    let healthy = {
+        let m = metrics.clone();
+        Arc::new(move || m.healthy(health_timeout).0)
+    };
+    let mut health_checks = ServiceHealthServer::new(
+        opts.exec.netns().map(str::to_string),
+        tokio::runtime::Handle::current(),
+        healthy,
+    );
     let loop_thread = tokio::task::spawn_blocking(move || {
         r.run_loop(&s, || {
             let result = lock(&p).sync();
             match result {
-                Ok(st) => tracing::debug!(full = st.full, elapsed = ?st.duration, rules = st.rules_total, "synced proxy rules"),
+                Ok(st) => {
+                    tracing::debug!(full = st.full, elapsed = ?st.duration, rules = st.rules_total, "synced proxy rules");
+                    // Upstream updates the health-check servers after the rules are written.
+                    let (ports, counts) = {
+                        let p = lock(&p);
+                        let (services, endpoints) = p.maps();
+                        (
+                            health_check_node_ports(services),
+                            local_ready_endpoints(endpoints),
+                        )
+                    };
+                    health_checks.sync_services(&ports);
+                    health_checks.sync_endpoints(&counts);
+                }
                 Err(e) => {
                     tracing::error!(error = %e, "proxy rules sync failed");
                     r.retry_after(retry);

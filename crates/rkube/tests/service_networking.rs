@@ -6,6 +6,8 @@
 //! - sessionAffinity ClientIP: 20 requests from one client reach one pod;
 //! - externalTrafficPolicy Local keeps the source address of a client outside the node (a network
 //!   namespace of the test's, linked to the node's by a veth pair); Cluster masquerades it;
+//! - health-check node ports of LoadBalancers with policy Local answer 200 with the local
+//!   endpoints' count, 503 without any;
 //! - scaling the Deployment 3 -> 1 -> 3 changes where requests go within a few seconds of the
 //!   EndpointSlice change (the proxy's min sync period is 1 s).
 //!
@@ -171,6 +173,47 @@ fn get(netns: &str, addr: SocketAddr) -> Result<String, String> {
         }
         Ok(body.trim().to_string())
     })
+}
+
+/// `GET /` of a health-check node port from `netns`: the status code and the JSON body.
+fn health(netns: &str, addr: SocketAddr) -> Result<(u16, Value), String> {
+    in_netns(netns, move || {
+        let mut conn = TcpStream::connect_timeout(&addr, Duration::from_secs(1))
+            .map_err(|e| format!("{addr}: {e}"))?;
+        conn.set_read_timeout(Some(Duration::from_secs(2))).ok();
+        conn.write_all(b"GET /healthz HTTP/1.1\r\nHost: lb\r\nConnection: close\r\n\r\n")
+            .map_err(|e| format!("{addr}: {e}"))?;
+        let mut raw = String::new();
+        conn.read_to_string(&mut raw)
+            .map_err(|e| format!("{addr}: {e}"))?;
+        let (head, body) = raw
+            .split_once("\r\n\r\n")
+            .ok_or_else(|| format!("{addr}: no HTTP response: {raw:?}"))?;
+        let code = head
+            .split(' ')
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .ok_or_else(|| format!("{addr}: {head}"))?;
+        let body = serde_json::from_str(body).map_err(|e| format!("{addr}: {e}: {body:?}"))?;
+        Ok((code, body))
+    })
+}
+
+/// Two node ports no Service uses (the apiserver does not allocate healthCheckNodePorts: the
+/// test sets them).
+fn free_node_ports(node: &RealNode) -> (u16, u16) {
+    let out = node.kubectl(&["get", "services", "-A", "-o", "json"]);
+    let used: BTreeSet<u64> = serde_json::from_str::<Value>(&out).expect("services")["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|s| s["spec"]["ports"].as_array().into_iter().flatten())
+        .filter_map(|p| p["nodePort"].as_u64())
+        .collect();
+    let mut free = (30000..32768u16)
+        .rev()
+        .filter(|p| !used.contains(&u64::from(*p)));
+    (free.next().unwrap(), free.next().unwrap())
 }
 
 /// `(pod, client address)` of an answer.
@@ -671,6 +714,47 @@ fn service_networking(mode: &str) {
         },
     );
 
+    // Health-check node ports of LoadBalancers with policy Local: 200 with the node's local
+    // endpoints, 503 without any (upstream's JSON).
+    let (hc_web, hc_remote) = free_node_ports(&node);
+    let lb_local = |name: &str, port: u16, selector: Value| {
+        json!({
+            "apiVersion": "v1", "kind": "Service", "metadata": {"name": name},
+            "spec": {"type": "LoadBalancer", "externalTrafficPolicy": "Local",
+                     "healthCheckNodePort": port, "selector": selector, "ports": [{"port": 80}]},
+        })
+    };
+    node.apply(&lb_local("web-lb-local", hc_web, json!({"app": "web"})).to_string());
+    node.apply(&lb_local("remote-lb-local", hc_remote, Value::Null).to_string());
+    node.apply(&remote_slice("remote-lb-local", remote_ip).to_string());
+    let hc = SocketAddr::from((NODE_VETH_IP, hc_web));
+    let (code, body) = retry(
+        &node,
+        &format!("{mode}: health check node port {hc} with 3 local endpoints"),
+        RESYNC_DEADLINE,
+        || match health(&outside.netns, hc)? {
+            (200, b) if b["localEndpoints"] == 3 => Ok((200, b)),
+            other => Err(format!("{other:?}")),
+        },
+    );
+    assert_eq!(
+        body,
+        json!({"service": {"namespace": "default", "name": "web-lb-local"},
+               "localEndpoints": 3, "serviceProxyHealthy": true}),
+        "{mode}: {hc}: {code}"
+    );
+    let hc_none = SocketAddr::from((NODE_VETH_IP, hc_remote));
+    let (code, body) = retry(
+        &node,
+        &format!("{mode}: health check node port {hc_none} without local endpoints"),
+        RESYNC_DEADLINE,
+        || health(&outside.netns, hc_none),
+    );
+    assert!(
+        code == 503 && body["localEndpoints"] == 0,
+        "{mode}: {hc_none}: {code} {body}"
+    );
+
     eprintln!(
         "{mode}: externalTrafficPolicy checked at {:?}",
         started.elapsed()
@@ -708,6 +792,16 @@ fn service_networking(mode: &str) {
             .iter()
             .all(|r| matches!(r, Ok((p, _)) if *p == remaining)),
         "{mode}: after scaling to 1 ({remaining}): {answers:?}"
+    );
+    // The health check counts the one local endpoint left.
+    retry(
+        &node,
+        &format!("{mode}: health check node port {hc} with 1 local endpoint"),
+        RESYNC_DEADLINE,
+        || match health(&outside.netns, hc)? {
+            (200, b) if b["localEndpoints"] == 1 => Ok(()),
+            other => Err(format!("{other:?}")),
+        },
     );
     // The sticky Service too: the node's affinity to a pod that is gone does not hold it.
     retry(

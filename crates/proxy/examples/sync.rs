@@ -3,6 +3,8 @@
 //! syncs after one endpoint of one Service changes. Needs root, `ip`, `nft`, `iptables-restore`.
 //!
 //! cargo run --release -p proxy --example sync -- [services] [endpoints] [nftables|iptables|both]
+//!
+//! nftables transactions go over netlink unless `RKUBE_NFT_NETLINK=off` (then all with `nft -f`).
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -1,3 +1,4 @@
 //! The nftables backend (upstream `pkg/proxy/nftables`).
+pub mod netlink;
 pub mod proxier;
 pub mod rules;

@@ -4,7 +4,8 @@
 //! `--controllers` reads as upstream's.
 //!
 //! - [`certificates`]: signs, auto-approves and cleans up CertificateSigningRequests.
-//! - [`bootstrap`]: deletes expired bootstrap token Secrets (`tokencleaner`, off by default as upstream).
+//! - [`bootstrap`]: deletes expired bootstrap token Secrets (`tokencleaner`) and signs
+//!   `kube-public/cluster-info` with bootstrap tokens (`bootstrapsigner`), off by default as upstream.
 //! - [`clusterroleaggregation`]: aggregated ClusterRoles get the rules of the roles they select.
 //! - [`cronjob`]: creates Jobs on a cron schedule.
 //! - [`daemonset`]: a pod on every eligible node.
@@ -469,6 +470,13 @@ pub const CONTROLLERS: &[ControllerDescriptor] = &[
         enabled_by_default: true,
         workers: 5,
         run: |c| Box::pin(servicecidrs::run(c.client.clone(), &c.factory, c.workers)),
+    },
+    ControllerDescriptor {
+        name: "bootstrap-signer-controller",
+        alias: "bootstrapsigner",
+        enabled_by_default: false,
+        workers: 1,
+        run: |c| Box::pin(bootstrap::bootstrapsigner::run(c.client.clone(), c.workers)),
     },
     ControllerDescriptor {
         name: "token-cleaner-controller",

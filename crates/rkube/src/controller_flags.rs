@@ -164,6 +164,17 @@ impl ControllerFlags {
         controllers::select(&self.controllers)
     }
 
+    /// [`ControllerFlags::selected`] with `also_on` turned on unless `--controllers` names them (as
+    /// `-foo` too): what `rkube server` adds for its other flags, as kubeadm adds to `--controllers`.
+    pub fn selected_with(
+        &self,
+        also_on: &[&str],
+    ) -> Result<Vec<&'static controllers::ControllerDescriptor>, String> {
+        let mut spec = self.controllers.clone();
+        spec.extend(also_on.iter().map(|s| s.to_string()));
+        controllers::select(&spec)
+    }
+
     /// The controllers' settings; `embedded` (in `rkube server`) allocates node CIDRs by default.
     /// The root CA comes from `--root-ca-file`, else from the kubeconfig at `kubeconfig` (or the
     /// default kubeconfig when `None`).

@@ -1,6 +1,7 @@
 //! `rkube`: Kubernetes, rebuilt in Rust. One binary whose subcommands are the Kubernetes components.
 
 mod bench;
+mod cluster_info;
 mod controller_flags;
 mod controller_manager;
 mod dns;

@@ -288,6 +288,12 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
         running.addr,
         args.data_dir.join("admin.kubeconfig").display()
     );
+    if args.enable_bootstrap_token_auth {
+        // As kubeadm's bootstrap-token phase: cluster-info for joining machines to read.
+        let kubeconfig = args.data_dir.join("admin.kubeconfig");
+        let client = client::kubeconfig::client_from_file(&kubeconfig).await?;
+        crate::cluster_info::ensure(client, &kubeconfig).await?;
+    }
     let _scheduler = if !args.disable_scheduler {
         let config =
             crate::scheduler_config(args.scheduler_config.as_deref(), "default-scheduler", 0)?;
@@ -300,7 +306,13 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
         None
     };
     let _controllers = if !args.disable_controllers {
-        let selected = args.controllers.selected()?;
+        // Bootstrap tokens come with kubeadm's two token controllers.
+        let token_controllers: &[&str] = if args.enable_bootstrap_token_auth {
+            &["tokencleaner", "bootstrapsigner"]
+        } else {
+            &[]
+        };
+        let selected = args.controllers.selected_with(token_controllers)?;
         let kubeconfig = args.data_dir.join("admin.kubeconfig");
         let client = client::kubeconfig::client_from_file(&kubeconfig).await?;
         let mut options = args.controllers.options(true, Some(&kubeconfig))?;

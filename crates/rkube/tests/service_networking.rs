@@ -9,7 +9,8 @@
 //! - health-check node ports of LoadBalancers with policy Local answer 200 with the local
 //!   endpoints' count, 503 without any;
 //! - scaling the Deployment 3 -> 1 -> 3 changes where requests go within a few seconds of the
-//!   EndpointSlice change (the proxy's min sync period is 1 s).
+//!   EndpointSlice change (the proxy's min sync period is 1 s);
+//! - a UDP flow moves to another pod when its endpoint goes (stale conntrack entries cleared).
 //!
 //! A Service without endpoints refusing at once is `service_proxy.rs`'s.
 //!
@@ -23,7 +24,7 @@ mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::{Read, Write};
-use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::net::{Ipv4Addr, SocketAddr, TcpStream, UdpSocket};
 use std::os::fd::AsRawFd;
 use std::time::{Duration, Instant};
 
@@ -47,6 +48,16 @@ const RESYNC_DEADLINE: Duration = Duration::from_secs(5);
 /// nginx answering every request with `<pod name> <client address>`.
 const NGINX_SCRIPT: &str = r#"printf 'server { listen 80; location / { return 200 "$hostname $remote_addr"; } }\n' > /etc/nginx/sites-enabled/default
 exec nginx -g 'daemon off;'"#;
+
+/// A UDP server answering every datagram with its pod's name.
+const UDP_SERVER: &str = "import socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(('', 5353))
+name = socket.gethostname().encode()
+while True:
+    _, peer = s.recvfrom(512)
+    s.sendto(name, peer)
+";
 
 fn objects() -> Vec<Value> {
     let service = |name: &str, spec: Value| {
@@ -77,6 +88,27 @@ fn objects() -> Vec<Value> {
                     },
                 },
             },
+        }),
+        json!({
+            "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "udp"},
+            "spec": {
+                "replicas": 2,
+                "selector": {"matchLabels": {"app": "udp"}},
+                "template": {
+                    "metadata": {"labels": {"app": "udp"}},
+                    "spec": {
+                        "terminationGracePeriodSeconds": 2,
+                        "containers": [{
+                            "name": "echo", "image": "python",
+                            "command": ["python3", "-c", UDP_SERVER],
+                        }],
+                    },
+                },
+            },
+        }),
+        json!({
+            "apiVersion": "v1", "kind": "Service", "metadata": {"name": "udp"},
+            "spec": {"selector": {"app": "udp"}, "ports": [{"port": 5353, "protocol": "UDP"}]},
         }),
         service("web", json!({"type": "NodePort"})),
         service(
@@ -216,6 +248,25 @@ fn free_node_ports(node: &RealNode) -> (u16, u16) {
     (free.next().unwrap(), free.next().unwrap())
 }
 
+/// A UDP socket of `netns` connected to `addr` (the flow keeps its source port).
+fn udp_flow(netns: &str, addr: SocketAddr) -> UdpSocket {
+    in_netns(netns, move || {
+        let sock = UdpSocket::bind("0.0.0.0:0").expect("udp bind");
+        sock.connect(addr).expect("udp connect");
+        sock.set_read_timeout(Some(Duration::from_millis(300)))
+            .expect("udp timeout");
+        sock
+    })
+}
+
+/// One datagram there and back on `sock`: the name of the pod that answered.
+fn udp_ask(sock: &UdpSocket) -> Result<String, String> {
+    sock.send(b"?").map_err(|e| format!("send: {e}"))?;
+    let mut buf = [0u8; 512];
+    let n = sock.recv(&mut buf).map_err(|e| format!("recv: {e}"))?;
+    Ok(String::from_utf8_lossy(&buf[..n]).into_owned())
+}
+
 /// `(pod, client address)` of an answer.
 fn answer(body: &str) -> (String, String) {
     let (pod, from) = body
@@ -251,6 +302,15 @@ fn requests_from_client(node: &RealNode, url: &str, n: usize) -> (BTreeMap<Strin
 
 /// The ready endpoints of `service`'s EndpointSlices: pod name -> address.
 fn ready_endpoints(node: &RealNode, service: &str) -> BTreeMap<String, String> {
+    endpoints_where(node, service, |c| c["ready"] == true)
+}
+
+/// The endpoints of `service`'s EndpointSlices whose conditions pass `f`: pod name -> address.
+fn endpoints_where(
+    node: &RealNode,
+    service: &str,
+    f: impl Fn(&Value) -> bool,
+) -> BTreeMap<String, String> {
     let out = node.kubectl(&[
         "get",
         "endpointslices",
@@ -265,7 +325,7 @@ fn ready_endpoints(node: &RealNode, service: &str) -> BTreeMap<String, String> {
         .into_iter()
         .flatten()
         .flat_map(|s| s["endpoints"].as_array().into_iter().flatten())
-        .filter(|e| e["conditions"]["ready"] == true)
+        .filter(|e| f(&e["conditions"]))
         .map(|e| {
             (
                 e["targetRef"]["name"].as_str().unwrap_or("").to_string(),
@@ -489,7 +549,7 @@ fn requests(netns: &str, addr: SocketAddr, n: usize) -> Vec<Result<(String, Stri
 
 fn service_networking(mode: &str) {
     let started = Instant::now();
-    let mut node = RealNode::start_with(&["nginx", "busybox"], &["--proxy-mode", mode]);
+    let mut node = RealNode::start_with(&["nginx", "busybox", "python"], &["--proxy-mode", mode]);
     for o in objects() {
         node.apply(&o.to_string());
     }
@@ -849,6 +909,54 @@ fn service_networking(mode: &str) {
     );
 
     eprintln!("{mode}: scaling checked at {:?}", started.elapsed());
+    // UDP: a flow keeps its endpoint (conntrack) until that endpoint goes; then the proxy
+    // clears the flow's conntrack entry and the next datagram reaches another pod. (Without the
+    // cleanup the entry, refreshed by every datagram, keeps sending to the gone pod.)
+    wait_ready_endpoints(&node, "udp", 2);
+    let udp = SocketAddr::from((service_addr(&node, "udp").ip(), 5353));
+    let flow = udp_flow(&netns, udp);
+    let first = retry(
+        &node,
+        &format!("{mode}: UDP {udp} answers"),
+        RESYNC_DEADLINE,
+        || udp_ask(&flow),
+    );
+    for _ in 0..5 {
+        assert_eq!(
+            udp_ask(&flow).as_deref(),
+            Ok(first.as_str()),
+            "{mode}: a UDP flow to {udp} changed endpoints by itself"
+        );
+    }
+    node.kubectl(&["delete", "pod", &first, "--wait=false"]);
+    // Flows to a terminating endpoint that still serves are kept (upstream): the deadline runs
+    // from when it no longer serves.
+    wait_for(
+        &format!("{mode}: {first} no longer a serving endpoint of udp"),
+        Duration::from_secs(30),
+        || {
+            let serving = endpoints_where(&node, "udp", |c| {
+                c["serving"] == true || (c["serving"].is_null() && c["ready"] == true)
+            });
+            (!serving.contains_key(&first)).then_some(())
+        },
+    );
+    let changed = Instant::now();
+    let next = retry(
+        &node,
+        &format!("{mode}: the UDP flow to {udp} moves off {first}"),
+        RESYNC_DEADLINE,
+        || match udp_ask(&flow)? {
+            p if p == first => Err(format!("{p} still answers")),
+            p => Ok(p),
+        },
+    );
+    eprintln!(
+        "{mode}: the UDP flow moved from {first} to {next} {:?} after the slice changed",
+        changed.elapsed()
+    );
+    eprintln!("{mode}: UDP checked at {:?}", started.elapsed());
+
     node.cleanup();
     eprintln!("{mode}: done in {:?}", started.elapsed());
 }

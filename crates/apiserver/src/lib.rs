@@ -97,6 +97,9 @@ pub struct Config {
     pub max_requests_inflight: usize,
     /// `--max-mutating-requests-inflight` (0: no limit).
     pub max_mutating_requests_inflight: usize,
+    /// `--enable-priority-and-fairness`: API Priority and Fairness ([`flowcontrol`]) instead of
+    /// the plain in-flight limits, its levels sharing the two limits' sum.
+    pub enable_priority_and_fairness: bool,
     /// `--audit-policy-file` and `--audit-log-*`: auditing is off without them.
     pub audit: Option<audit::Config>,
     /// `--encryption-provider-config`: an EncryptionConfiguration saying which resources are
@@ -128,6 +131,7 @@ impl Config {
             disable_admission_plugins: Vec::new(),
             max_requests_inflight: 400,
             max_mutating_requests_inflight: 200,
+            enable_priority_and_fairness: true,
             audit: None,
             encryption_provider_config: None,
         }
@@ -166,6 +170,8 @@ pub struct ApiServer {
     pub health: healthz::Health,
     /// Seats for requests in flight (see [`maxinflight`]).
     pub inflight: maxinflight::MaxInFlight,
+    /// API Priority and Fairness, when on (then `inflight` is unused).
+    pub flowcontrol: Option<Arc<flowcontrol::Apf>>,
     /// The audit policy and log, when auditing is on.
     pub audit: Option<audit::Auditor>,
     /// The store's encryption at rest, when configured (`store` is this wrapper then).
@@ -310,6 +316,12 @@ pub async fn start_with_metrics(
             config.max_requests_inflight,
             config.max_mutating_requests_inflight,
         ),
+        // Both limits 0 (no limit) leave nothing to share: no flow control either.
+        flowcontrol: {
+            let total = config.max_requests_inflight + config.max_mutating_requests_inflight;
+            (config.enable_priority_and_fairness && total > 0)
+                .then(|| Arc::new(flowcontrol::Apf::new(total)))
+        },
         audit: auditor,
         encryption,
     });

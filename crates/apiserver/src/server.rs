@@ -353,26 +353,16 @@ async fn handle_authenticated(
         discard_body(body).await;
         return response::error_response(&e);
     }
-    let long_running = matches!(&target, Target::Resource(r) if r.verb == request::Verb::Watch);
-    let _seat = match api
-        .inflight
-        .admit(&parts.method, long_running, &user.groups)
-    {
-        Ok(seat) => seat,
-        Err(crate::maxinflight::TooManyRequests) => {
-            discard_body(body).await;
-            let mut resp = response::bytes_response(
-                StatusCode::TOO_MANY_REQUESTS,
-                "text/plain; charset=utf-8",
-                Bytes::from_static(b"Too many requests, please try again later.\n"),
-            );
-            resp.headers_mut().insert(
-                http::header::RETRY_AFTER,
-                http::HeaderValue::from_static("1"),
-            );
-            return resp;
-        }
-    };
+    let seat =
+        match crate::flowcontrol::filter::admit(api, &user, &parts.method, &target, &path, &query)
+            .await
+        {
+            Ok(seat) => seat,
+            Err(refused) => {
+                discard_body(body).await;
+                return refused;
+            }
+        };
     let limit = decode_limit();
     let body = match read_body(body, limit).await {
         Ok(body) => body,
@@ -406,7 +396,8 @@ async fn handle_authenticated(
             started.elapsed(),
         );
     }
-    resp
+    // A watch's seats were held only while it was set up (upstream's watch initialization).
+    seat.annotate(resp)
 }
 
 fn public(path: &str) -> Response<Body> {
@@ -487,6 +478,9 @@ async fn route(
             if let Some(auditor) = &api.audit {
                 text.push_str(&auditor.metrics());
             }
+            if let Some(apf) = &api.flowcontrol {
+                text.push_str(&apf.metrics_text());
+            }
             if let Some(extra) = &api.extra_metrics {
                 text.push_str(&extra());
             }
@@ -516,6 +510,12 @@ async fn route(
         Target::NonResource if path.starts_with("/openapi/") => {
             crate::openapi::handler::serve(api, &snap(), path, query, headers)
         }
+        Target::NonResource if path.starts_with(crate::flowcontrol::debug::PREFIX) => api
+            .flowcontrol
+            .as_ref()
+            .and_then(|apf| crate::flowcontrol::debug::serve(apf, path))
+            .map(|text| response::bytes_response(StatusCode::OK, "text/plain; charset=utf-8", text))
+            .ok_or_else(not_found),
         Target::NonResource => Err(not_found()),
     }
 }

@@ -54,6 +54,11 @@ pub struct ServeArgs {
     /// Most mutating requests in flight at once (0: no limit).
     #[arg(long, default_value_t = 200)]
     max_mutating_requests_inflight: usize,
+    /// API Priority and Fairness: requests classified by FlowSchemas, queued fairly within their
+    /// PriorityLevelConfigurations, which share the two in-flight limits' sum (then not applied
+    /// on their own). `false`: the plain in-flight limits.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    enable_priority_and_fairness: bool,
     /// Admission plugins to run besides the default ones, comma-separated (upstream's names).
     #[arg(long, value_delimiter = ',')]
     enable_admission_plugins: Vec<String>,
@@ -224,6 +229,7 @@ impl ServeArgs {
         config.enable_bootstrap_token_auth = self.enable_bootstrap_token_auth;
         config.max_requests_inflight = self.max_requests_inflight;
         config.max_mutating_requests_inflight = self.max_mutating_requests_inflight;
+        config.enable_priority_and_fairness = self.enable_priority_and_fairness;
         config.enable_admission_plugins = self.enable_admission_plugins.clone();
         config.disable_admission_plugins = self.disable_admission_plugins.clone();
         config.encryption_provider_config = self.encryption_provider_config.clone();

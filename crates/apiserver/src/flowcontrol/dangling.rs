@@ -1,21 +1,15 @@
 //! The FlowSchemas' `Dangling` condition (upstream's API priority and fairness config consumer,
 //! `apiserver/pkg/util/flowcontrol/apf_controller.go`): whether the PriorityLevelConfiguration a
-//! FlowSchema names exists. Kept current as FlowSchemas and PriorityLevelConfigurations change.
-//!
-//! The fairness itself (queuing requests by flow) is not implemented (the hardening issue).
+//! FlowSchema names exists. Kept current as FlowSchemas and PriorityLevelConfigurations change
+//! (see [`super::run`]).
 
 use std::collections::HashSet;
-use std::sync::Arc;
 
 use serde_json::{json, Value};
 
+use super::FLOW_SCHEMAS;
 use crate::objects;
-use crate::watch_cache::WatchStart;
 use crate::ApiServer;
-
-const FLOW_SCHEMAS: &str = "flowschemas";
-const PRIORITY_LEVELS: &str = "prioritylevelconfigurations";
-const GROUP: &str = "flowcontrol.apiserver.k8s.io";
 
 /// The `Dangling` condition of a FlowSchema naming `level`, keeping the transition time when the
 /// status does not change.
@@ -70,51 +64,19 @@ fn with_condition(flow_schema: &Value, levels: &HashSet<String>) -> Option<Value
     Some(updated)
 }
 
-async fn reconcile(api: &ApiServer) {
-    let levels: HashSet<String> = crate::internal::cached_objects(api, PRIORITY_LEVELS)
+/// Sets the condition on every FlowSchema that lacks it or has it wrong.
+pub(super) async fn reconcile(api: &ApiServer, schemas: &[Value], levels: &[Value]) {
+    let levels: HashSet<String> = levels
         .iter()
         .filter(|l| objects::meta_str(l, "deletionTimestamp").is_none())
         .map(|l| objects::name(l).to_string())
         .collect();
-    for fs in crate::internal::cached_objects(api, FLOW_SCHEMAS) {
-        let Some(updated) = with_condition(&fs, &levels) else {
+    for fs in schemas {
+        let Some(updated) = with_condition(fs, &levels) else {
             continue;
         };
-        let key = format!("/{FLOW_SCHEMAS}/{}", objects::name(&fs));
+        let key = format!("/{FLOW_SCHEMAS}/{}", objects::name(fs));
         crate::internal::replace_if_unchanged(api, &key, &updated).await;
-    }
-}
-
-/// Follows FlowSchemas and PriorityLevelConfigurations until the server stops; a watch the cache
-/// drops (a slow reader) is taken up again after a full pass.
-pub async fn run(api: Arc<ApiServer>) {
-    loop {
-        let start = api.caches.revision();
-        let subscribe = |storage: &str| {
-            api.caches
-                .ensure(storage, GROUP, storage)
-                .subscribe(Default::default(), WatchStart::After(start), start)
-                .ok()
-        };
-        let (Some(schemas), Some(levels)) = (subscribe(FLOW_SCHEMAS), subscribe(PRIORITY_LEVELS))
-        else {
-            return;
-        };
-        let (mut schemas, mut levels) = (schemas.live, levels.live);
-        reconcile(&api).await;
-        loop {
-            let open = tokio::select! {
-                e = schemas.recv() => e.is_some(),
-                e = levels.recv() => e.is_some(),
-            };
-            if !open {
-                break;
-            }
-            // Take whatever else arrived meanwhile, then look at the whole (small) set once.
-            while schemas.try_recv().is_ok() || levels.try_recv().is_ok() {}
-            reconcile(&api).await;
-        }
-        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
     }
 }
 

@@ -1,7 +1,7 @@
 //! `--max-requests-inflight` and `--max-mutating-requests-inflight`: upstream's
-//! `WithMaxInFlightLimit` filter, the limit it applies when API Priority and Fairness is off (rkube
-//! serves the flowcontrol objects but does not queue by them yet). Reads (GET, HEAD, OPTIONS) and
-//! writes each have a number of seats; a request finding none answers 429 with `Retry-After: 1`,
+//! `WithMaxInFlightLimit` filter, the limit it applies when API Priority and Fairness
+//! ([`crate::flowcontrol`]) is off (`--enable-priority-and-fairness=false`). Reads (GET, HEAD,
+//! OPTIONS) and writes each have a number of seats; a request finding none answers 429 with `Retry-After: 1`,
 //! which client-go and kube-rs retry. Long-running requests (watches; exec, attach, port-forward
 //! and proxying never get here) take no seat, and members of `system:masters` are served even when
 //! the seats are gone ("a super-admin should always get an answer", as upstream puts it), which also

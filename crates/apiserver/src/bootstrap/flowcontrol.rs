@@ -3,9 +3,8 @@
 //! and `catch-all` PriorityLevelConfigurations and FlowSchemas, re-created when missing and marked
 //! `apf.kubernetes.io/autoupdate-spec: "true"`, so clients and tools listing them find upstream's.
 //!
-//! Not here: upstream's suggested configuration (`system`, `node-high`, `leader-election`,
-//! `workload-high`, `workload-low`, `global-default` and their FlowSchemas), the FlowSchemas'
-//! `Dangling` status condition, and the fairness itself (the hardening issue).
+//! Upstream's suggested configuration, the FlowSchemas' `Dangling` condition and the fairness
+//! itself are in [`crate::flowcontrol`].
 
 use std::sync::Arc;
 

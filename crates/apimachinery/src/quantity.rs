@@ -190,20 +190,31 @@ impl Quantity {
         };
         let digits = format!("{int_part}{frac_part}");
         let digits = digits.trim_start_matches('0');
-        // value = digits * 10^(dec_exp - frac_len) * 2^bin_exp; in nano-units one more 10^9.
-        let mut exp10 = dec_exp - frac_part.len() as i64 + 9;
+        // value = digits * 10^(dec_exp - frac_len) * 2^bin_exp; in nano-units one more 10^9. The
+        // exponent may be any i64 (`1e9223372036854775807`): saturated, it still ends out of range
+        // (or below one nano-unit) as it should.
+        let mut exp10 = dec_exp
+            .saturating_sub(frac_part.len() as i64)
+            .saturating_add(9);
         let mut digits = digits.to_string();
         while digits.ends_with('0') {
             digits.pop();
-            exp10 += 1;
+            exp10 = exp10.saturating_add(1);
         }
         if digits.is_empty() {
             return Ok(Quantity { nanos: 0, format });
         }
-        if digits.len() > 38 {
+        // Every value the printer writes must parse back: up to 39 digits (i128's), signed so that
+        // the most negative one fits too. The digits are ASCII digits, so a failure is an overflow.
+        if digits.len() > 39 {
             return Err(QuantityError::OutOfRange);
         }
-        let mut v: i128 = digits.parse().map_err(|_| QuantityError::Numeric)?;
+        let signed = if negative {
+            format!("-{digits}")
+        } else {
+            digits
+        };
+        let mut v: i128 = signed.parse().map_err(|_| QuantityError::OutOfRange)?;
         v = v
             .checked_mul(1i128 << bin_exp)
             .ok_or(QuantityError::OutOfRange)?;
@@ -213,16 +224,13 @@ impl Quantity {
                 .and_then(|e| 10i128.checked_pow(e))
                 .ok_or(QuantityError::OutOfRange)?;
             v = v.checked_mul(p).ok_or(QuantityError::OutOfRange)?;
-        } else if -exp10 > 38 {
-            // Below one nano-unit: rounds up to one.
-            v = 1;
+        } else if exp10 < -38 {
+            // Below one nano-unit: rounds up to one (away from zero).
+            v = v.signum();
         } else {
             v = div_away(v, 10i128.pow((-exp10) as u32));
         }
-        Ok(Quantity {
-            nanos: if negative { -v } else { v },
-            format,
-        })
+        Ok(Quantity { nanos: v, format })
     }
 
     pub fn is_zero(&self) -> bool {
@@ -260,7 +268,7 @@ impl Quantity {
 
     pub fn neg(&self) -> Quantity {
         Quantity {
-            nanos: -self.nanos,
+            nanos: self.nanos.saturating_neg(),
             format: self.format,
         }
     }
@@ -280,7 +288,7 @@ impl Quantity {
     /// Rounded up to whole units, keeping the format (upstream `RoundUp(0)`).
     pub fn round_up_to_units(&self) -> Quantity {
         Quantity {
-            nanos: div_away(self.nanos, NANO) * NANO,
+            nanos: div_away(self.nanos, NANO).saturating_mul(NANO),
             format: self.format,
         }
     }
@@ -334,7 +342,8 @@ impl fmt::Display for Quantity {
             return f.write_str("0");
         }
         let mut format = self.format;
-        if format == Format::BinarySi && (self.nanos.abs() < 1024 * NANO || self.nanos % NANO != 0)
+        if format == Format::BinarySi
+            && (self.nanos.unsigned_abs() < 1024 * NANO as u128 || self.nanos % NANO != 0)
         {
             // Small or fractional binary values print in decimal, without rounding.
             format = Format::DecimalSi;
@@ -464,6 +473,40 @@ mod tests {
         for (input, want) in cases {
             assert_eq!(Quantity::parse(input), Err(want), "{input:?}");
         }
+    }
+
+    /// Found by fuzzing (`fuzz/corpus/quantity/`): exponents at the ends of i64 overflowed the
+    /// exponent arithmetic, and sums at the ends of the range overflowed negation, rounding and
+    /// printing.
+    #[test]
+    fn extreme_exponents_and_sums_do_not_overflow() {
+        assert_eq!(
+            Quantity::parse("1e9223372036854775807"),
+            Err(QuantityError::OutOfRange)
+        );
+        assert_eq!(Quantity::parse("1e-9223372036854775808"), Ok(q("1n")));
+        assert_eq!(
+            Quantity::parse("0e9223372036854775807"),
+            Ok(Quantity::zero())
+        );
+        assert_eq!(
+            Quantity::parse("10e9223372036854775807"),
+            Err(QuantityError::OutOfRange)
+        );
+        // A value with 39 digits of nano-units prints as such and parses back.
+        let long = q("109111111911111111111111110.111111199Ki");
+        assert_eq!(long.to_string(), "111729778596977777777777776753777867776n");
+        assert_eq!(q(&long.to_string()), long);
+        assert_eq!(q(&long.neg().to_string()), long.neg());
+        let big = q("99999999999999999999999999999.123456789");
+        let max = big.add(&big).add(&big);
+        let min = max.neg().sub(&big);
+        assert_eq!(min.neg(), max);
+        let _ = (max.round_up_to_units(), min.round_up_to_units());
+        assert_eq!(q(&max.to_string()), max);
+        assert_eq!(q(&min.to_string()), min);
+        let bin = Quantity::zero().sub(&q("1Ei")).sub(&max);
+        let _ = (bin.to_string(), bin.neg().to_string());
     }
 
     #[test]

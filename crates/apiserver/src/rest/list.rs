@@ -486,7 +486,7 @@ fn encode_continue(revision: i64, start: &str) -> String {
 
 /// Upstream's `storage.DecodeContinue`: the token's revision and start key (relative to the list
 /// prefix), or the error text upstream gives.
-fn decode_continue(token: &str) -> Result<(i64, String), String> {
+pub(crate) fn decode_continue(token: &str) -> Result<(i64, String), String> {
     const INVALID: &str = "continue key is not valid";
     let raw = go_raw_url_base64(token).map_err(|e| format!("{INVALID}: {e}"))?;
     let (v, rv, start) = go_unmarshal_token(&raw).map_err(|e| format!("{INVALID}: {e}"))?;

@@ -6,6 +6,8 @@ pub(crate) mod common;
 pub mod componentstatus;
 pub(crate) mod decode;
 mod delete;
+#[doc(hidden)]
+pub mod fuzz;
 mod list;
 mod priority;
 mod read;

@@ -108,6 +108,10 @@ pub struct ApiBenchArgs {
     /// `flood`: the flooding client's kubeconfig (another user; default: the main one's).
     #[arg(long)]
     flood_kubeconfig: Option<PathBuf>,
+    /// `flood`: a third probe's kubeconfig: an ordinary user (not system:masters, so subject to
+    /// flow control like the flooder) listing the small namespace every 100 ms.
+    #[arg(long)]
+    probe_kubeconfig: Option<PathBuf>,
     /// `flood`: seconds of flooding.
     #[arg(long, default_value_t = 20)]
     flood_seconds: u64,

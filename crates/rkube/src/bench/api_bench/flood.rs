@@ -96,7 +96,24 @@ pub async fn flood_scenario(
                 .map(|r| r.status)
         }
     });
-    let (gets, updates) = tokio::join!(get_probe, update_probe);
+    let user_probe = async {
+        let Some(path) = &args.probe_kubeconfig else {
+            return None;
+        };
+        let user = match ApiClient::from_kubeconfig(path, args.http1) {
+            Ok(user) => user,
+            Err(e) => return Some(Err(e)),
+        };
+        let list = format!("/api/v1/namespaces/{}/configmaps?limit=500", args.namespace);
+        Some(
+            probe(user, duration, move |client, _| {
+                let path = list.clone();
+                async move { client.get(&path).await.map(|r| r.status) }
+            })
+            .await,
+        )
+    };
+    let (gets, updates, user_gets) = tokio::join!(get_probe, update_probe, user_probe);
     for task in flood {
         let _ = task.await;
     }
@@ -108,10 +125,17 @@ pub async fn flood_scenario(
         args.flood_seconds, args.flood_tasks
     );
     println!("|---|---|---|---|---|---|");
-    for (label, (h, errors)) in [
+    let mut probes = vec![
         ("probe: LIST a small namespace every 100 ms", gets?),
         ("probe: PATCH a ConfigMap every 100 ms", updates?),
-    ] {
+    ];
+    if let Some(user_gets) = user_gets {
+        probes.push((
+            "probe as an ordinary user: LIST a small namespace every 100 ms",
+            user_gets?,
+        ));
+    }
+    for (label, (h, errors)) in probes {
         println!(
             "| {label} | {} | {errors} | {:.1} | {:.1} | {:.1} |",
             h.len(),

@@ -90,6 +90,11 @@ pub async fn bind(config: &ServerConfig) -> Result<Listener, String> {
     let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
         .with_safe_default_protocol_versions()
         .map_err(|e| e.to_string())?;
+    if config.auth.anonymous && config.auth.mode == auth::AuthorizationMode::AlwaysAllow {
+        tracing::warn!(
+            "kubelet server: anonymous access with --authorization-mode=AlwaysAllow: every client may read logs and exec"
+        );
+    }
     let builder = match &config.client_ca_file {
         Some(path) => {
             let pem = std::fs::read(path)
@@ -110,14 +115,7 @@ pub async fn bind(config: &ServerConfig) -> Result<Listener, String> {
             .map_err(|e| format!("--client-ca-file: {e}"))?;
             builder.with_client_cert_verifier(verifier)
         }
-        None => {
-            if config.auth.anonymous && config.auth.mode == auth::AuthorizationMode::AlwaysAllow {
-                tracing::warn!(
-                    "kubelet server: anonymous access with AlwaysAllow: every client may read logs and exec"
-                );
-            }
-            builder.with_no_client_auth()
-        }
+        None => builder.with_no_client_auth(),
     };
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert.as_bytes())
         .collect::<Result<_, _>>()

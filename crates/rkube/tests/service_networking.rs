@@ -10,6 +10,7 @@
 //!   endpoints' count, 503 without any;
 //! - scaling the Deployment 3 -> 1 -> 3 changes where requests go within a few seconds of the
 //!   EndpointSlice change (the proxy's min sync period is 1 s);
+//! - a Service whose only endpoint is terminating but serving keeps using it;
 //! - a UDP flow moves to another pod when its endpoint goes (stale conntrack entries cleared).
 //!
 //! A Service without endpoints refusing at once is `service_proxy.rs`'s.
@@ -109,6 +110,33 @@ fn objects() -> Vec<Value> {
         json!({
             "apiVersion": "v1", "kind": "Service", "metadata": {"name": "udp"},
             "spec": {"selector": {"app": "udp"}, "ports": [{"port": 5353, "protocol": "UDP"}]},
+        }),
+        // One pod that keeps serving for a while after its deletion (preStop).
+        json!({
+            "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "drain"},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": {"app": "drain"}},
+                "template": {
+                    "metadata": {"labels": {"app": "drain"}},
+                    "spec": {
+                        "terminationGracePeriodSeconds": 30,
+                        "containers": [{
+                            "name": "nginx", "image": "nginx",
+                            "command": ["sh", "-c", NGINX_SCRIPT],
+                            "readinessProbe": {
+                                "httpGet": {"path": "/", "port": 80},
+                                "periodSeconds": 1,
+                            },
+                            "lifecycle": {"preStop": {"exec": {"command": ["sleep", "20"]}}},
+                        }],
+                    },
+                },
+            },
+        }),
+        json!({
+            "apiVersion": "v1", "kind": "Service", "metadata": {"name": "drain"},
+            "spec": {"selector": {"app": "drain"}, "ports": [{"port": 80}]},
         }),
         service("web", json!({"type": "NodePort"})),
         service(
@@ -909,6 +937,48 @@ fn service_networking(mode: &str) {
     );
 
     eprintln!("{mode}: scaling checked at {:?}", started.elapsed());
+    // Terminating endpoints as fallback (KEP-1669): the only pod of `drain` is deleted but
+    // still serves during its preStop; with no ready endpoint left, the Service keeps sending to
+    // it rather than refusing.
+    let drain = service_addr(&node, "drain");
+    let (draining, _) = wait_ready_endpoints(&node, "drain", 1)
+        .into_iter()
+        .next()
+        .unwrap();
+    retry(
+        &node,
+        &format!("{mode}: {drain} answers"),
+        RESYNC_DEADLINE,
+        || get(&netns, drain),
+    );
+    node.kubectl(&["scale", "deployment", "drain", "--replicas=0"]);
+    wait_for(
+        &format!("{mode}: {draining} serving while terminating"),
+        Duration::from_secs(30),
+        || {
+            let eps = endpoints_where(&node, "drain", |c| {
+                c["ready"] == false && c["serving"] == true && c["terminating"] == true
+            });
+            eps.contains_key(&draining).then_some(())
+        },
+    );
+    let changed = Instant::now();
+    // Past a sync, every request still reaches the terminating pod.
+    while changed.elapsed() < Duration::from_millis(2500) {
+        let r = get(&netns, drain).map(|b| answer(&b).0);
+        assert_eq!(
+            r.as_deref(),
+            Ok(draining.as_str()),
+            "{mode}: {drain} with only a terminating, serving endpoint:\n{}",
+            dump(&node)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    eprintln!(
+        "{mode}: terminating fallback checked at {:?}",
+        started.elapsed()
+    );
+
     // UDP: a flow keeps its endpoint (conntrack) until that endpoint goes; then the proxy
     // clears the flow's conntrack entry and the next datagram reaches another pod. (Without the
     // cleanup the entry, refreshed by every datagram, keeps sending to the gone pod.)

@@ -23,6 +23,7 @@ pub mod conversion;
 pub mod defaults;
 pub mod fieldmanager;
 pub mod fields;
+pub mod go_duration;
 pub mod go_format;
 pub mod labels;
 pub mod patch;

@@ -250,6 +250,23 @@ impl ApiError {
         e
     }
 
+    /// Upstream's `NewTooManyRequests`: 429 with a retry hint (also sent as `Retry-After`).
+    pub fn too_many_requests(message: impl Into<String>, retry_after_seconds: u32) -> ApiError {
+        let mut e = Self::plain(429, "TooManyRequests", message);
+        e.details = Some(Box::new(Details {
+            retry_after_seconds: Some(retry_after_seconds),
+            ..Default::default()
+        }));
+        e
+    }
+
+    /// Upstream's `NewTimeoutError(message, 0)`: 504, reason Timeout, empty details.
+    pub fn timeout(message: &str) -> ApiError {
+        let mut e = Self::plain(504, "Timeout", format!("Timeout: {message}"));
+        e.details = Some(Box::default());
+        e
+    }
+
     pub fn service_unavailable(message: impl Into<String>) -> ApiError {
         Self::plain(503, "ServiceUnavailable", message)
     }

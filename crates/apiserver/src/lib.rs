@@ -34,7 +34,9 @@ pub mod rest;
 pub mod selectable;
 pub mod server;
 pub mod serviceaccount;
+pub mod timeout;
 pub mod watch_cache;
+pub mod watchlimit;
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
@@ -105,6 +107,11 @@ pub struct Config {
     /// `--encryption-provider-config`: an EncryptionConfiguration saying which resources are
     /// encrypted in storage, and how (see [`encryption`]).
     pub encryption_provider_config: Option<PathBuf>,
+    /// `--request-timeout`: the longest a request that is not long-running may take (see
+    /// [`timeout`]).
+    pub request_timeout: Duration,
+    /// `--max-watches-per-user` (0: no limit; see [`watchlimit`]).
+    pub max_watches_per_user: usize,
 }
 
 impl Config {
@@ -134,6 +141,8 @@ impl Config {
             enable_priority_and_fairness: true,
             audit: None,
             encryption_provider_config: None,
+            request_timeout: timeout::DEFAULT_REQUEST_TIMEOUT,
+            max_watches_per_user: watchlimit::DEFAULT_MAX_WATCHES_PER_USER,
         }
     }
 }
@@ -176,6 +185,10 @@ pub struct ApiServer {
     pub audit: Option<audit::Auditor>,
     /// The store's encryption at rest, when configured (`store` is this wrapper then).
     pub encryption: Option<Arc<encryption::EncryptingStore>>,
+    /// See [`Config::request_timeout`].
+    pub request_timeout: Duration,
+    /// Open watches per user (see [`watchlimit`]).
+    pub watches: Arc<watchlimit::WatchLimits>,
 }
 
 impl ApiServer {
@@ -324,6 +337,8 @@ pub async fn start_with_metrics(
         },
         audit: auditor,
         encryption,
+        request_timeout: config.request_timeout,
+        watches: watchlimit::WatchLimits::new(config.max_watches_per_user),
     });
     let current = store.current_revision().await.map_err(|e| e.to_string())?;
     tokio::spawn(caches.clone().run(store.clone()));

@@ -206,6 +206,8 @@ async fn recover_panics(
 /// After a body passed the limit, this much more is read and dropped (never kept) so an HTTP/1.1
 /// client still sending gets its 413 rather than a reset connection; past it the connection is cut.
 const DISCARD_LIMIT: usize = 64 * 1024 * 1024;
+/// How long an unused body is drained at most.
+const DISCARD_TIME_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Reads a request body of at most `limit` bytes. A larger one is a 413 and is not buffered: what
 /// follows the limit is discarded as it arrives (up to [`DISCARD_LIMIT`]).
@@ -240,13 +242,17 @@ async fn read_body(mut body: Incoming, limit: usize) -> Result<Bytes, ApiError> 
 /// Reads and drops a body nobody will use (up to [`DISCARD_LIMIT`]), so a client still sending
 /// it reads our answer instead of a broken pipe.
 async fn discard_body(mut body: Incoming) {
-    let mut seen = 0usize;
-    while let Some(Ok(frame)) = body.frame().await {
-        seen = seen.saturating_add(frame.data_ref().map_or(0, |d| d.len()));
-        if seen > DISCARD_LIMIT {
-            break;
+    let drain = async {
+        let mut seen = 0usize;
+        while let Some(Ok(frame)) = body.frame().await {
+            seen = seen.saturating_add(frame.data_ref().map_or(0, |d| d.len()));
+            if seen > DISCARD_LIMIT {
+                break;
+            }
         }
-    }
+    };
+    // A client trickling its body does not hold the answer back for long.
+    let _ = tokio::time::timeout(DISCARD_TIME_LIMIT, drain).await;
 }
 
 const PUBLIC_PATHS: &[&str] = &["/healthz", "/livez", "/readyz", "/version"];
@@ -298,6 +304,8 @@ async fn handle(
     }
     let Some(user) = authenticate(api, cert_user, req.headers()) else {
         let audit = api.audit.as_ref().map(|a| a.unauthenticated(&req, peer));
+        // Drained (not kept), so a client still sending its body reads the 401, not a reset.
+        discard_body(req.into_body()).await;
         return audited(audit, response::error_response(&ApiError::unauthorized())).await;
     };
     let mut audit = api.audit.as_ref().map(|a| a.begin(&user, &req, peer));
@@ -372,9 +380,19 @@ async fn handle_authenticated(
         audit.request_body(&body);
     }
     let started = std::time::Instant::now();
-    let resp = match route(api, &user, &target, &path, &query, &parts.headers, body).await {
-        Ok(resp) => resp,
-        Err(e) => response::error_response(&e),
+    let is_watch = matches!(&target, Target::Resource(r) if r.verb == request::Verb::Watch);
+    let resp = if is_watch {
+        // A watch counts against its user's open watches for as long as its body streams.
+        match api.watches.admit(&user) {
+            Err(e) => response::error_response(&e),
+            Ok(seat) => match route(api, &user, &target, &path, &query, &parts.headers, body).await
+            {
+                Ok(resp) => hold_while_streaming(resp, seat),
+                Err(e) => response::error_response(&e),
+            },
+        }
+    } else {
+        route_with_deadline(api, &user, &target, &path, &query, &parts.headers, body).await
     };
     if let Target::Resource(r) = &target {
         let verb = match r.verb {
@@ -398,6 +416,55 @@ async fn handle_authenticated(
     }
     // A watch's seats were held only while it was set up (upstream's watch initialization).
     seat.annotate(resp)
+}
+
+/// `route` within the request's deadline (see [`crate::timeout`]): past it the client gets 504 and
+/// the handler, on a task of its own, still finishes (a write half done is never abandoned).
+async fn route_with_deadline(
+    api: &Arc<ApiServer>,
+    user: &UserInfo,
+    target: &Target,
+    path: &str,
+    query: &Query,
+    headers: &http::HeaderMap,
+    body: Bytes,
+) -> Response<Body> {
+    let limit = match crate::timeout::deadline(query, api.request_timeout) {
+        Ok(limit) => limit,
+        Err(e) => return response::error_response(&e),
+    };
+    let (api, user, target) = (api.clone(), user.clone(), target.clone());
+    let (path, query, headers) = (path.to_string(), query.clone(), headers.clone());
+    let handler = tokio::spawn(async move {
+        match route(&api, &user, &target, &path, &query, &headers, body).await {
+            Ok(resp) => resp,
+            Err(e) => response::error_response(&e),
+        }
+    });
+    match tokio::time::timeout(limit, handler).await {
+        Ok(Ok(resp)) => resp,
+        // A panic goes on to the panic recovery around the whole request (500, logged).
+        Ok(Err(e)) if e.is_panic() => std::panic::resume_unwind(e.into_panic()),
+        Ok(Err(e)) => response::error_response(&ApiError::internal(e)),
+        Err(_) => response::error_response(&crate::timeout::timed_out()),
+    }
+}
+
+/// Keeps `seat` until the response body is dropped (the watch ends or its client goes).
+fn hold_while_streaming(
+    resp: Response<Body>,
+    seat: Option<crate::watchlimit::WatchSeat>,
+) -> Response<Body> {
+    match seat {
+        None => resp,
+        Some(seat) => resp.map(|body| {
+            body.map_frame(move |frame| {
+                let _held = &seat;
+                frame
+            })
+            .boxed()
+        }),
+    }
 }
 
 fn public(path: &str) -> Response<Body> {

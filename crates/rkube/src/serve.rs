@@ -40,8 +40,9 @@ pub struct ServeArgs {
     #[arg(long, default_value = "Node,RBAC")]
     authorization_mode: String,
     /// Requests without credentials are user system:anonymous (group system:unauthenticated), left to
-    /// the authorizer; with false they get 401.
-    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    /// the authorizer; with false (the default here, as k3s and hardened clusters run) they get 401.
+    /// /healthz, /livez, /readyz and /version answer everyone either way.
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
     anonymous_auth: bool,
     /// Bootstrap token Secrets (`kube-system/bootstrap-token-<id>`) authenticate as
     /// `system:bootstrap:<id>`, for joining kubelets.
@@ -59,6 +60,14 @@ pub struct ServeArgs {
     /// on their own). `false`: the plain in-flight limits.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
     enable_priority_and_fairness: bool,
+    /// The longest a request may take, watches and streams aside (a Go duration, as upstream's
+    /// `1m0s`); a client's `?timeout=` may ask for less. Past it the client gets 504.
+    #[arg(long, default_value = "1m0s", value_parser = parse_go_duration)]
+    request_timeout: Duration,
+    /// Most watches one user may hold open (0: no limit; system:masters is not counted). No
+    /// upstream counterpart: it bounds what one client can make the server keep.
+    #[arg(long, default_value_t = apiserver::watchlimit::DEFAULT_MAX_WATCHES_PER_USER)]
+    max_watches_per_user: usize,
     /// Admission plugins to run besides the default ones, comma-separated (upstream's names).
     #[arg(long, value_delimiter = ',')]
     enable_admission_plugins: Vec<String>,
@@ -168,6 +177,15 @@ pub struct ServeArgs {
     local_path: crate::local_path::LocalPathFlags,
 }
 
+/// A positive Go duration ("1m0s", "90s", "1h30m").
+fn parse_go_duration(s: &str) -> Result<Duration, String> {
+    let nanos = apimachinery::go_duration::parse(s)?;
+    match u64::try_from(nanos) {
+        Ok(n) if n > 0 => Ok(Duration::from_nanos(n)),
+        _ => Err(format!("{s:?}: must be positive")),
+    }
+}
+
 /// "300ms", "5s", "5m", "1h".
 pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
     let (num, unit) = s
@@ -230,6 +248,8 @@ impl ServeArgs {
         config.max_requests_inflight = self.max_requests_inflight;
         config.max_mutating_requests_inflight = self.max_mutating_requests_inflight;
         config.enable_priority_and_fairness = self.enable_priority_and_fairness;
+        config.request_timeout = self.request_timeout;
+        config.max_watches_per_user = self.max_watches_per_user;
         config.enable_admission_plugins = self.enable_admission_plugins.clone();
         config.disable_admission_plugins = self.disable_admission_plugins.clone();
         config.encryption_provider_config = self.encryption_provider_config.clone();

@@ -19,9 +19,16 @@ struct Rbac {
 impl Rbac {
     fn start() -> Rbac {
         let tokens = support::token_file("alice-token,alice,1000,\"dev\"\nbob-token,bob,1001\n");
+        // Anonymous requests on (off by default, see tests/request_limits.rs), so that RBAC decides
+        // what system:anonymous may do, as in a cluster that turns them on.
         let c = Cluster::start_with(
             Backend::Sqlite,
-            &["--token-auth-file", tokens.path().to_str().unwrap()],
+            &[
+                "--token-auth-file",
+                tokens.path().to_str().unwrap(),
+                "--anonymous-auth",
+                "true",
+            ],
         );
         Rbac { c, _tokens: tokens }
     }

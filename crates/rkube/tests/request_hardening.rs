@@ -114,7 +114,8 @@ fn hostile_requests_are_refused_and_the_server_stays_up() {
                 "at": "2024-01-01T10:00:00Z"}"#,
         ),
     );
-    // An anonymous client is refused (403) before its body is read: not buffered, so not a 413.
+    // A client without credentials is refused (401: anonymous requests are off by default) before
+    // its body is read: not buffered, so not a 413.
     support::runtime().block_on(async {
         let kubeconfig =
             kube::config::Kubeconfig::read_from(c.data_dir().join("admin.kubeconfig")).unwrap();
@@ -133,11 +134,11 @@ fn hostile_requests_are_refused_and_the_server_stays_up() {
         match anonymous.request_text(req).await {
             Err(kube::Error::Api(status)) => assert_eq!(
                 (status.code, status.reason.as_str()),
-                (403, "Forbidden"),
+                (401, "Unauthorized"),
                 "{}",
                 status.message
             ),
-            other => panic!("expected 403, got {other:?}"),
+            other => panic!("expected 401, got {other:?}"),
         }
     });
     // Still serving.

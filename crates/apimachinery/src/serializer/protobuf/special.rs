@@ -31,66 +31,9 @@ pub fn format_micro_time(seconds: i64, nanos: i32) -> Result<String, ProtobufErr
         .to_string())
 }
 
-const UNITS: &[(&str, u128)] = &[
-    ("ns", 1),
-    ("us", 1_000),
-    ("µs", 1_000),
-    ("μs", 1_000),
-    ("ms", 1_000_000),
-    ("s", 1_000_000_000),
-    ("m", 60_000_000_000),
-    ("h", 3_600_000_000_000),
-];
-
 /// Parses a Go duration string ("1h2m3.5s", "-300ms", "0") into nanoseconds, as `time.ParseDuration`.
 pub fn parse_duration(s: &str) -> Result<i64, ProtobufError> {
-    let bad = || ProtobufError::Invalid(format!("time: invalid duration {s:?}"));
-    let (negative, mut rest) = match s.as_bytes().first() {
-        Some(b'-') => (true, &s[1..]),
-        Some(b'+') => (false, &s[1..]),
-        _ => (false, s),
-    };
-    if rest == "0" {
-        return Ok(0);
-    }
-    if rest.is_empty() {
-        return Err(bad());
-    }
-    let mut total: u128 = 0;
-    while !rest.is_empty() {
-        let digits = rest
-            .find(|c: char| !c.is_ascii_digit() && c != '.')
-            .ok_or_else(bad)?;
-        let (number, tail) = rest.split_at(digits);
-        let unit_len = tail
-            .find(|c: char| c.is_ascii_digit() || c == '.')
-            .unwrap_or(tail.len());
-        let (unit, tail) = tail.split_at(unit_len);
-        let scale = UNITS
-            .iter()
-            .find(|(u, _)| *u == unit)
-            .map(|(_, n)| *n)
-            .ok_or_else(bad)?;
-        let (whole, frac) = number.split_once('.').unwrap_or((number, ""));
-        if (whole.is_empty() && frac.is_empty()) || frac.contains('.') {
-            return Err(bad());
-        }
-        let whole: u128 = if whole.is_empty() {
-            0
-        } else {
-            whole.parse().map_err(|_| bad())?
-        };
-        let mut value = whole.checked_mul(scale).ok_or_else(bad)?;
-        let mut place = scale;
-        for d in frac.bytes() {
-            place /= 10;
-            value += u128::from(d - b'0') * place;
-        }
-        total = total.checked_add(value).ok_or_else(bad)?;
-        rest = tail;
-    }
-    let total = i64::try_from(total).map_err(|_| bad())?;
-    Ok(if negative { -total } else { total })
+    crate::go_duration::parse(s).map_err(ProtobufError::Invalid)
 }
 
 /// Formats nanoseconds as Go's `time.Duration.String`.

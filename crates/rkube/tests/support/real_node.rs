@@ -253,7 +253,9 @@ impl RealNode {
             let out = std::process::Command::new("ctr")
                 .arg("--address")
                 .arg(&sock)
-                .args(["-n", "k8s.io", "containers", "ls", "-q"])
+                // Running tasks, not containers: the kubelet stops a deleted pod's containers at
+                // once but removes them later (container GC), so the container list does not empty.
+                .args(["-n", "k8s.io", "tasks", "ls", "-q"])
                 .output();
             match out {
                 Ok(o) if o.status.success() && o.stdout.iter().all(|b| b.is_ascii_whitespace()) => {

@@ -169,6 +169,78 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             "{mode:?}: second full sync (table exists) {:.0} ms",
             t.elapsed().as_secs_f64() * 1000.0
         );
+        if mode == Mode::Nftables && std::env::var("RKUBE_NFT_NETLINK").as_deref() != Ok("off") {
+            breakdown(&ns, services, per)?;
+        }
     }
+    Ok(())
+}
+
+/// Where a one-endpoint change's time goes: generation (`rules::update`) and the netlink
+/// transaction, on the table the proxier left (Service 0 with one endpoint fewer).
+fn breakdown(ns: &NetNs, services: usize, per: usize) -> Result<(), Box<dyn std::error::Error>> {
+    use proxy::endpointschangetracker::{apply_endpoints_changes, EndpointsChangeTracker};
+    use proxy::servicechangetracker::{apply_service_changes, ServiceChangeTracker};
+    let mut svcs = proxy::servicechangetracker::ServicePortMap::new();
+    let mut eps = proxy::endpointschangetracker::EndpointsMap::new();
+    let mut st = ServiceChangeTracker::default();
+    let mut et = EndpointsChangeTracker::new("node-a");
+    for i in 0..services {
+        let name = format!("svc-{i}");
+        let ip = format!("10.96.{}.{}", i / 256, i % 256);
+        st.update(None, Some(&service("bench", &name, &ip, 80)));
+        let mut list = ips(i, per);
+        if i == 0 {
+            list.pop();
+        }
+        et.endpoint_slice_update(&slice("bench", &name, 8080, &list, "node-b"), false);
+    }
+    apply_service_changes(&mut svcs, &mut st);
+    apply_endpoints_changes(&mut eps, &mut et);
+    let cfg = Config {
+        masquerade_mark: 0x4000,
+        masquerade_all: false,
+        cluster_cidr: Some("10.64.0.0/10".into()),
+        nodeport_ips: None,
+        node_name: "node-a".into(),
+        node_labels: HashMap::new(),
+    };
+    let none = std::collections::HashSet::new();
+    let no_chains = std::collections::HashSet::new();
+    let mut state = proxy::nftables::rules::generate(
+        &cfg,
+        &svcs,
+        &eps,
+        true,
+        &none,
+        &Default::default(),
+        &no_chains,
+    )
+    .state;
+    let mut sock = proxy::nftables::netlink::Socket::open(Some(ns.name()))?;
+    let (mut gen, mut kernel) = (Vec::new(), Vec::new());
+    for round in 0..5 {
+        let mut list = ips(0, per);
+        if round % 2 == 1 {
+            list.pop();
+        }
+        et.endpoint_slice_update(&slice("bench", "svc-0", 8080, &list, "node-b"), false);
+        let updated = apply_endpoints_changes(&mut eps, &mut et).updated_services;
+        let t = Instant::now();
+        let d = proxy::nftables::rules::update(
+            &cfg, &svcs, &eps, false, &updated, &mut state, &no_chains,
+        );
+        gen.push(t.elapsed());
+        let t = Instant::now();
+        proxy::nftables::netlink::apply(&mut sock, &d.changes)?;
+        kernel.push(t.elapsed());
+    }
+    gen.sort();
+    kernel.sort();
+    println!(
+        "Nftables: one-endpoint change, medians: generation {:.2} ms, netlink transaction {:.1} ms",
+        gen[2].as_secs_f64() * 1000.0,
+        kernel[2].as_secs_f64() * 1000.0
+    );
     Ok(())
 }

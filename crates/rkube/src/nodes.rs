@@ -131,6 +131,10 @@ impl Fabric {
             let addr = format!("{}/{}", self.node_ip(i), self.bits);
             ip(&["-n", &ns, "addr", "replace", &addr, "dev", NODE_LINK])?;
             ip(&["-n", &ns, "link", "set", NODE_LINK, "up"])?;
+            // A default route, as a machine has: without one the node's own connections to a
+            // ClusterIP (host-network pods, the node itself) fail before kube-proxy's DNAT.
+            let gw = self.gateway().to_string();
+            ip(&["-n", &ns, "route", "replace", "default", "via", &gw])?;
             // Pods' packets to other nodes are forwarded from the pod bridge to the fabric link.
             run(
                 "ip",

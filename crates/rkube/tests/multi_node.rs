@@ -225,6 +225,9 @@ fn kubectl_first_run() {
             .all(|w| rules.contains(w.as_str()))
             .then_some(())
     });
+    // kubectl attaches once the pod runs, and an attach sees only output written after it (as
+    // upstream's: a container that is done before kubectl attaches loses its output to the
+    // attach), so the client waits a moment before fetching.
     let out = node.cluster.kubectl_output(
         &[
             "run",
@@ -234,9 +237,9 @@ fn kubectl_first_run() {
             "--image=busybox",
             "--restart=Never",
             "--",
-            "wget",
-            "-qO-",
-            "web",
+            "sh",
+            "-c",
+            "sleep 3; wget -qO- web",
         ],
         None,
     );

@@ -71,15 +71,30 @@ enum Held {
 pub struct Seat {
     held: Held,
     class: Option<Classification>,
+    /// A watch: its seats go back once it is set up, not when it ends.
+    long_running: bool,
 }
 
 impl Seat {
-    /// The response with the `X-Kubernetes-PF-*` headers (when APF classified the request).
-    pub fn annotate(&self, mut resp: Response<Body>) -> Response<Body> {
+    /// The response with the `X-Kubernetes-PF-*` headers (when APF classified the request). The
+    /// seats stay held until its body is sent (or dropped), as upstream's handler holds them while
+    /// it writes: a large LIST occupies its seats while it goes out, not only while it is built.
+    /// A watch's seats go back now.
+    pub fn annotate(self, mut resp: Response<Body>) -> Response<Body> {
+        use http_body_util::BodyExt;
         if let Some(class) = &self.class {
             class.set_headers(resp.headers_mut());
         }
-        resp
+        if self.long_running || matches!(self.held, Held::None) {
+            return resp;
+        }
+        resp.map(|body| {
+            body.map_frame(move |frame| {
+                let _held = &self;
+                frame
+            })
+            .boxed()
+        })
     }
 }
 
@@ -213,6 +228,7 @@ pub async fn admit(
             Ok(permit) => Ok(Seat {
                 held: permit.map_or(Held::None, Held::Inflight),
                 class: None,
+                long_running,
             }),
             Err(crate::maxinflight::TooManyRequests) => Err(too_many_requests(1, None)),
         };
@@ -238,7 +254,9 @@ pub async fn admit(
         },
     };
     let estimate = estimate(api, target, query);
-    admit_digest(&apf, &digest, estimate).await
+    let mut seat = admit_digest(&apf, &digest, estimate).await?;
+    seat.long_running = matches!(target, Target::Resource(r) if r.verb == Verb::Watch);
+    Ok(seat)
 }
 
 /// Classifies, then runs, queues or refuses.
@@ -257,12 +275,14 @@ pub(super) async fn admit_digest(
             return Ok(Seat {
                 held: Held::None,
                 class: None,
+                long_running: false,
             });
         };
         let Some(level) = state.levels.get_mut(&schema.level) else {
             return Ok(Seat {
                 held: Held::None,
                 class: None,
+                long_running: false,
             });
         };
         let class = Classification {
@@ -283,6 +303,7 @@ pub(super) async fn admit_digest(
                     level: level_name,
                 },
                 class: Some(class),
+                long_running: false,
             });
         };
         let seats = width::seats(estimate, level.max_seats);
@@ -370,6 +391,7 @@ pub(super) async fn admit_digest(
                     ticket: Some(ticket),
                 },
                 class: Some(class),
+                long_running: false,
             })
         }
         None => {
@@ -524,6 +546,43 @@ mod tests {
         let level = &state.levels["tiny"];
         assert!(level.queues.as_ref().unwrap().idle());
         assert_eq!(level.cancelled, 1);
+    }
+
+    #[tokio::test]
+    async fn seats_are_held_until_the_body_is_sent_but_not_for_watches() {
+        use http_body_util::BodyExt;
+        let apf = apf(0, 0);
+        let tiny = user("tiny", &["system:authenticated"]);
+        let busy = |apf: &Arc<Apf>| {
+            apf.lock().levels["tiny"]
+                .queues
+                .as_ref()
+                .unwrap()
+                .seats_in_use()
+        };
+        let seat = admit_digest(&apf, &digest(&tiny), Default::default())
+            .await
+            .unwrap();
+        let resp = seat.annotate(response::bytes_response(
+            StatusCode::OK,
+            "text/plain",
+            Bytes::from_static(b"large"),
+        ));
+        assert_eq!(resp.headers()[FLOW_SCHEMA_HEADER], "fs-uid");
+        assert_eq!(busy(&apf), 1, "held while the body is unsent");
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(&body[..], b"large");
+        assert_eq!(busy(&apf), 0, "given back once sent");
+        let mut watch = admit_digest(&apf, &digest(&tiny), Default::default())
+            .await
+            .unwrap();
+        watch.long_running = true;
+        let _streaming = watch.annotate(response::bytes_response(
+            StatusCode::OK,
+            "application/json",
+            Bytes::new(),
+        ));
+        assert_eq!(busy(&apf), 0, "a watch holds no seat once set up");
     }
 
     #[test]

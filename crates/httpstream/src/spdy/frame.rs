@@ -432,6 +432,8 @@ impl FrameDecoder {
                 out.reserve(out.capacity().max(1024));
             }
             let before = self.decompress.total_in();
+            let out_before = out.len();
+            let mut dictionary = false;
             match self
                 .decompress
                 .decompress_vec(input, &mut out, FlushDecompress::Sync)
@@ -441,10 +443,18 @@ impl FrameDecoder {
                     self.decompress
                         .set_dictionary(HEADER_DICTIONARY)
                         .map_err(|e| FrameError::HeaderBlock(format!("dictionary: {e}")))?;
+                    dictionary = true;
                 }
                 Err(e) => return Err(FrameError::HeaderBlock(e.to_string())),
             }
             let consumed = (self.decompress.total_in() - before) as usize;
+            // Found by fuzzing: input left over that the inflater no longer takes (bytes after the
+            // end of the zlib stream) made no progress and looped forever.
+            if consumed == 0 && out.len() == out_before && !dictionary {
+                return Err(FrameError::HeaderBlock(
+                    "data the zlib stream does not take".into(),
+                ));
+            }
             input = &input[consumed..];
             if out.len() > MAX_HEADER_BLOCK {
                 return Err(FrameError::HeaderBlock("larger than 1 MiB".into()));
@@ -508,6 +518,26 @@ mod tests {
             .iter()
             .map(|(n, v)| (n.to_string(), v.iter().map(|s| s.to_string()).collect()))
             .collect()
+    }
+
+    /// Found by fuzzing (`fuzz/corpus/spdy_conn/timeout-trailing-zlib-data`): a SYN_STREAM whose
+    /// header block goes on after the end of its zlib stream looped forever in `inflate_headers`.
+    #[test]
+    fn a_header_block_with_data_after_the_zlib_stream_is_an_error() {
+        let input: &[u8] = b"\x80\x03\x00\x01\x00\x00\x00\x85\x16\x25\xac\xa9\xa0\x80\x06\xc6\x00\x00\x78\xf9\xe3\xc6\
+              \xa7\xc2\x02\xe5\x0e\x70\x3a\x2b\x29\x4a\x4d\xcc\x85\x16\x3d\xac\xa9\xa0\x80\x06\xc6\xa7\
+              \x0e\x02\x42\x70\xff\xff\xff\xff\xff\xff\xff\xff\xe5\x3a\x2b\x29\x4a\x4d\xcc\x77\x38\x8b\
+              \x20\xd1\x96\x09\x4a\xce\x8c\x06\x00\x00\x00\x00\xff\xff\x03\x00\x24\x87\x29\xa4\x00\x00\
+              \x4b\x52\x32\x00\x02\x4b\xce\x8c\x00\x36\x06\x00\xff\x00\x00\xff\x80\x03\x00\x01\x00\x00\
+              \x00\x19\x00\x00\x00\x03\x00\x00\x00\x00\x00\x00\x02\x11\x98\x8a\x8b\x4b\x52\xf3\x00\x32\
+              \x00\x00\x00\x00\x08\x00\x00\x00\x03\x00\x00\x00\x00";
+        let mut decoder = FrameDecoder::new();
+        let mut buf = BytesMut::from(input);
+        let mut frames = 0;
+        while let Ok(Some(_)) = decoder.decode(&mut buf) {
+            frames += 1;
+        }
+        assert!(frames < 4);
     }
 
     #[test]

@@ -286,23 +286,44 @@ fn kubectl_timeout(args: &[&str]) -> Duration {
 }
 
 fn wait_with_timeout(mut child: Child, timeout: Duration, args: &[&str]) -> Output {
+    // The pipes are drained while kubectl runs: one holding more than the pipe's buffer (64 KiB)
+    // would otherwise block kubectl until the timeout.
+    fn drain(
+        pipe: Option<impl std::io::Read + Send + 'static>,
+    ) -> std::thread::JoinHandle<Vec<u8>> {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_end(&mut buf);
+            }
+            buf
+        })
+    }
+    let stdout = drain(child.stdout.take());
+    let stderr = drain(child.stderr.take());
     let deadline = std::time::Instant::now() + timeout;
-    loop {
+    let status = loop {
         match child.try_wait() {
-            Ok(Some(_)) => return child.wait_with_output().expect("kubectl output"),
+            Ok(Some(status)) => break status,
             Ok(None) if std::time::Instant::now() < deadline => {
                 std::thread::sleep(Duration::from_millis(20))
             }
             _ => {
                 let _ = child.kill();
-                let out = child.wait_with_output().expect("kubectl output");
+                let _ = child.wait();
+                let err = stderr.join().unwrap_or_default();
                 panic!(
                     "kubectl {} did not finish within {timeout:?}; stderr: {}",
                     args.join(" "),
-                    String::from_utf8_lossy(&out.stderr)
+                    String::from_utf8_lossy(&err)
                 );
             }
         }
+    };
+    Output {
+        status,
+        stdout: stdout.join().unwrap_or_default(),
+        stderr: stderr.join().unwrap_or_default(),
     }
 }
 

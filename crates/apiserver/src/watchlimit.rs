@@ -90,13 +90,7 @@ impl Drop for WatchSeat {
 mod tests {
     use super::*;
 
-    fn user(name: &str, groups: &[&str]) -> UserInfo {
-        UserInfo {
-            name: name.into(),
-            uid: String::new(),
-            groups: groups.iter().map(|g| g.to_string()).collect(),
-        }
-    }
+    use crate::authn::test_user as user;
 
     #[test]
     fn a_user_at_the_limit_waits_for_one_of_its_watches_to_end() {

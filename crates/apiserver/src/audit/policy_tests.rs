@@ -1,12 +1,6 @@
 use super::*;
 
-fn user(name: &str, groups: &[&str]) -> UserInfo {
-    UserInfo {
-        name: name.into(),
-        uid: String::new(),
-        groups: groups.iter().map(|g| g.to_string()).collect(),
-    }
-}
+use crate::authn::test_user as user;
 
 fn resource<'a>(
     u: Option<&'a UserInfo>,

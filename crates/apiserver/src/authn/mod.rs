@@ -21,6 +21,16 @@ pub struct UserInfo {
     pub groups: Vec<String>,
 }
 
+/// A user with no uid, for tests.
+#[cfg(test)]
+pub(crate) fn test_user(name: &str, groups: &[&str]) -> UserInfo {
+    UserInfo {
+        name: name.into(),
+        uid: String::new(),
+        groups: groups.iter().map(|g| g.to_string()).collect(),
+    }
+}
+
 impl UserInfo {
     /// The API server itself, for the writes it makes on its own behalf (bootstrap objects):
     /// upstream's loopback client is `system:apiserver` in `system:masters`.

@@ -139,13 +139,7 @@ mod tests {
     use super::*;
     use crate::authz::Mode;
 
-    fn user(name: &str, groups: &[&str]) -> UserInfo {
-        UserInfo {
-            name: name.into(),
-            uid: String::new(),
-            groups: groups.iter().map(|g| g.to_string()).collect(),
-        }
-    }
+    use crate::authn::test_user as user;
 
     #[test]
     fn headers_become_the_user_when_allowed() {

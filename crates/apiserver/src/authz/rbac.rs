@@ -410,13 +410,7 @@ mod tests {
 
     use super::*;
 
-    fn user(name: &str, groups: &[&str]) -> UserInfo {
-        UserInfo {
-            name: name.into(),
-            uid: String::new(),
-            groups: groups.iter().map(|g| g.to_string()).collect(),
-        }
-    }
+    use crate::authn::test_user as user;
 
     fn attrs<'a>(
         user: &'a UserInfo,

@@ -130,13 +130,7 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn user(name: &str, groups: &[&str]) -> UserInfo {
-        UserInfo {
-            name: name.into(),
-            uid: String::new(),
-            groups: groups.iter().map(|g| g.to_string()).collect(),
-        }
-    }
+    use crate::authn::test_user as user;
 
     fn config() -> Digest {
         let level = |name: &str| json!({"metadata": {"name": name}, "spec": {"type": "Limited", "limited": {"nominalConcurrencyShares": 10}}});

@@ -426,13 +426,7 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn user(name: &str, groups: &[&str]) -> UserInfo {
-        UserInfo {
-            name: name.into(),
-            uid: String::new(),
-            groups: groups.iter().map(|g| g.to_string()).collect(),
-        }
-    }
+    use crate::authn::test_user as user;
 
     fn digest<'a>(u: &'a UserInfo) -> RequestDigest<'a> {
         RequestDigest {

@@ -23,33 +23,8 @@ use crate::proxier::Cidr;
 /// which policies commonly select namespaces by.
 pub const NAMESPACE_NAME_LABEL: &str = "kubernetes.io/metadata.name";
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Protocol {
-    Tcp,
-    Udp,
-    Sctp,
-}
-
-impl Protocol {
-    /// The API's name ("TCP" when unset, the API default); None for anything else.
-    pub fn parse(s: Option<&str>) -> Option<Protocol> {
-        match s.unwrap_or("TCP") {
-            "TCP" => Some(Protocol::Tcp),
-            "UDP" => Some(Protocol::Udp),
-            "SCTP" => Some(Protocol::Sctp),
-            _ => None,
-        }
-    }
-
-    /// nftables' name for `meta l4proto`.
-    pub fn nft(self) -> &'static str {
-        match self {
-            Protocol::Tcp => "tcp",
-            Protocol::Udp => "udp",
-            Protocol::Sctp => "sctp",
-        }
-    }
-}
+/// The Service proxy's protocol type: the same three, the same API spelling and default.
+pub use crate::servicechangetracker::Protocol;
 
 /// A container port with a name, which a policy's named port refers to.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -103,13 +103,13 @@ fn allow_rule(a: &Allow, field: &str) -> String {
     match &a.ports {
         PortMatch::Any => {}
         PortMatch::Protocol(p) => {
-            let _ = write!(r, "meta l4proto {} ", p.nft());
+            let _ = write!(r, "meta l4proto {} ", p.lower());
         }
         PortMatch::Range(p, first, last) if first == last => {
-            let _ = write!(r, "meta l4proto {} th dport {first} ", p.nft());
+            let _ = write!(r, "meta l4proto {} th dport {first} ", p.lower());
         }
         PortMatch::Range(p, first, last) => {
-            let _ = write!(r, "meta l4proto {} th dport {first}-{last} ", p.nft());
+            let _ = write!(r, "meta l4proto {} th dport {first}-{last} ", p.lower());
         }
     }
     // Origins are built from API names (no quotes), but keep the comment well-formed anyway.

@@ -101,13 +101,7 @@ pub(crate) mod tests {
     use crate::request::Verb;
     use serde_json::json;
 
-    pub(crate) fn user(name: &str, groups: &[&str]) -> UserInfo {
-        UserInfo {
-            name: name.into(),
-            uid: String::new(),
-            groups: groups.iter().map(|g| g.to_string()).collect(),
-        }
-    }
+    pub(crate) use crate::authn::test_user as user;
 
     /// An RBAC authorizer holding these (kind, namespace, object) entries.
     pub(crate) fn authorizer(objects: &[(Kind, &str, Value)]) -> Authorizer {

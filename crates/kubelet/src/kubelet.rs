@@ -80,7 +80,7 @@ impl Kubelet {
         };
         let machine = crate::machine::MachineInfo::read(&config.root_dir);
         let (_, allocatable) = crate::node::resources(&machine, config.max_pods);
-        let node_allocatable = allocatable
+        let node_allocatable: BTreeMap<String, String> = allocatable
             .as_object()
             .into_iter()
             .flatten()
@@ -93,10 +93,11 @@ impl Kubelet {
                 recorder.clone(),
                 wake,
             ),
-            volumes: VolumeManager {
-                client: client.clone(),
-                root_dir: config.root_dir.clone(),
-            },
+            volumes: VolumeManager::new(
+                client.clone(),
+                config.root_dir.clone(),
+                node_allocatable.clone(),
+            ),
             status: StatusManager::new(client.clone(), &config.node_name),
             config,
             client,

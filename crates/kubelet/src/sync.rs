@@ -431,7 +431,7 @@ impl Kubelet {
         } else {
             record.pod_ips.clone()
         };
-        let volumes = match self.volumes.setup(pod, &host_ip, &pod_ips).await {
+        let volumes = match self.volumes.setup(pod).await {
             Ok(v) => v,
             Err(e) => {
                 self.event(&pod_ref(pod), EventType::Warning, "FailedMount", &e);

@@ -1,32 +1,34 @@
 //! Pod volumes (upstream `pkg/volume/{emptydir,hostpath,configmap,secret,downwardapi,projected}` and
 //! the kubelet's volume manager, much reduced): each volume becomes a host directory (or file) under
 //! `<root-dir>/pods/<uid>/volumes/kubernetes.io~<plugin>/<name>` that containers bind-mount.
-//! ConfigMap, Secret, downward API and projected volumes are written afresh on every pod sync (so
-//! updates reach running pods within the sync period, as upstream's periodic remount does) and are
-//! mounted read-only.
+//! ConfigMap, Secret, downward API and projected volumes are written by upstream's atomic writer
+//! ([`atomic_writer`]: a `..data` symlink to a timestamped directory, swapped atomically) on every
+//! pod sync, so updates reach running pods within the sync period as upstream's periodic remount
+//! does; they are mounted read-only and, with a pod `fsGroup`, handed to that group as upstream's
+//! `SetVolumeOwnership` does ([`ownership`]).
 //!
-//! Differences: files are replaced one by one (tmp + rename) rather than through upstream's atomic
-//! `..data` symlink swap; `emptyDir.medium: Memory` is a plain directory (no tmpfs); a projected
-//! `serviceAccountToken` needs the API server's TokenRequest API, and without it the mount fails with
-//! a clear event, as upstream's would. PersistentVolumeClaim and generic ephemeral volumes mount
-//! their bound PV when it is a directory on the node ([`persistent`]); other volume types (NFS,
-//! CSI, ...) fail the mount. emptyDir and local volumes are given to the pod's `fsGroup`
-//! ([`ownership`]).
+//! Differences: `emptyDir.medium: Memory` is a plain directory (no tmpfs); a projected `serviceAccountToken` needs the API server's TokenRequest API, and
+//! without it the mount fails with a clear event, as upstream's would. PersistentVolumeClaim and
+//! generic ephemeral volumes mount their bound PV when it is a directory on the node
+//! ([`persistent`]); other volume types (NFS, CSI, ...) fail the mount. emptyDir and local volumes
+//! are given to the pod's `fsGroup` ([`ownership`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use k8s_openapi::api::core::v1::{
-    ConfigMap, DownwardAPIVolumeFile, KeyToPath, PersistentVolume, PersistentVolumeClaim, Pod,
-    Secret, Volume,
-};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod, Volume};
 use kube::Api;
 
-use crate::envvars;
-
+pub mod atomic_writer;
+pub mod configmap;
+pub mod downwardapi;
 pub mod ownership;
 pub mod persistent;
+pub mod projected;
+
+use atomic_writer::Payload;
+use configmap::Kind;
 
 /// A volume ready to mount.
 #[derive(Clone, Debug)]
@@ -37,8 +39,11 @@ pub struct MountedVolume {
 }
 
 pub struct VolumeManager {
-    pub client: Option<kube::Client>,
-    pub root_dir: PathBuf,
+    client: Option<kube::Client>,
+    root_dir: PathBuf,
+    /// What a container without a limit has for downward API `resourceFieldRef`s.
+    node_allocatable: BTreeMap<String, String>,
+    tokens: projected::TokenManager,
 }
 
 fn plugin_dir(pod_dir: &Path, plugin: &str, name: &str) -> PathBuf {
@@ -48,235 +53,58 @@ fn plugin_dir(pod_dir: &Path, plugin: &str, name: &str) -> PathBuf {
         .join(name)
 }
 
-/// Writes `files` (relative path -> content, mode) into `dir`, removing files no longer wanted.
-pub fn write_files(dir: &Path, files: &BTreeMap<String, (Vec<u8>, u32)>) -> Result<(), String> {
-    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    for (rel, (content, mode)) in files {
-        if rel.split('/').any(|c| c == ".." || c.is_empty()) || rel.starts_with('/') {
-            return Err(format!("invalid volume file path {rel:?}"));
-        }
-        let path = dir.join(rel);
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
-        }
-        if std::fs::read(&path).ok().as_deref() == Some(content.as_slice()) {
-            continue;
-        }
-        let tmp = path.with_file_name(format!(
-            ".{}.tmp",
-            path.file_name()
-                .map(|n| n.to_string_lossy())
-                .unwrap_or_default()
-        ));
-        std::fs::write(&tmp, content).map_err(|e| format!("{}: {e}", tmp.display()))?;
-        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(*mode))
-            .map_err(|e| format!("{}: {e}", tmp.display()))?;
-        std::fs::rename(&tmp, &path).map_err(|e| format!("{}: {e}", path.display()))?;
-    }
-    // Top-level files that are no longer part of the volume go (upstream's atomic writer does too).
-    if let Ok(entries) = std::fs::read_dir(dir) {
-        for e in entries.flatten() {
-            let name = e.file_name().to_string_lossy().to_string();
-            let wanted = files
-                .keys()
-                .any(|k| k == &name || k.starts_with(&format!("{name}/")));
-            if !wanted {
-                let p = e.path();
-                let _ = if p.is_dir() {
-                    std::fs::remove_dir_all(&p)
-                } else {
-                    std::fs::remove_file(&p)
-                };
-            }
-        }
+/// Upstream emptyDir `setupDir`: the directory exists with mode 0777 (set only when the bits
+/// differ, so an fsGroup's setgid bit stays).
+fn setup_dir(dir: &Path) -> Result<(), String> {
+    let err = |e: std::io::Error| format!("{}: {e}", dir.display());
+    std::fs::create_dir_all(dir).map_err(err)?;
+    let mode = std::fs::metadata(dir).map_err(err)?.permissions().mode();
+    if mode & 0o777 != 0o777 {
+        std::fs::set_permissions(
+            dir,
+            std::fs::Permissions::from_mode((mode & 0o7000) | 0o777),
+        )
+        .map_err(err)?;
     }
     Ok(())
 }
 
-/// Selects the keys of `data` for a volume: all keys, or `items` (a missing key is an error unless
-/// the source is optional).
-pub fn select_items(
-    data: &BTreeMap<String, Vec<u8>>,
-    items: Option<&Vec<KeyToPath>>,
-    default_mode: u32,
-    what: &str,
-) -> Result<BTreeMap<String, (Vec<u8>, u32)>, String> {
-    let mut out = BTreeMap::new();
-    match items {
-        Some(items) if !items.is_empty() => {
-            for item in items {
-                let content = data.get(&item.key).ok_or_else(|| {
-                    format!(
-                        "configmap references non-existent config key: {} ({what})",
-                        item.key
-                    )
-                })?;
-                let mode = item.mode.map_or(default_mode, |m| m as u32);
-                out.insert(item.path.clone(), (content.clone(), mode));
-            }
+/// Writes an API data volume's payload through the atomic writer into its (emptyDir-like)
+/// directory; with an fsGroup, the whole volume is handed to it before the new data is published
+/// (upstream passes no fsGroupChangePolicy here: the walk always runs).
+pub fn write_volume(dir: &Path, payload: &Payload, fs_group: Option<u32>) -> Result<(), String> {
+    setup_dir(dir)?;
+    let set_perms = |_: &str| -> Result<(), String> {
+        match fs_group {
+            Some(group) => ownership::set_volume_ownership(dir, group, false, true),
+            None => Ok(()),
         }
-        _ => {
-            for (k, v) in data {
-                out.insert(k.clone(), (v.clone(), default_mode));
-            }
-        }
-    }
-    Ok(out)
+    };
+    atomic_writer::write(dir, payload, Some(&set_perms)).map(|_| ())
 }
 
 impl VolumeManager {
+    pub fn new(
+        client: Option<kube::Client>,
+        root_dir: PathBuf,
+        node_allocatable: BTreeMap<String, String>,
+    ) -> VolumeManager {
+        VolumeManager {
+            client,
+            root_dir,
+            node_allocatable,
+            tokens: projected::TokenManager::default(),
+        }
+    }
+
     fn client(&self) -> Result<&kube::Client, String> {
         self.client
             .as_ref()
             .ok_or_else(|| "no API server: this volume type needs one".to_string())
     }
 
-    async fn config_map(
-        &self,
-        ns: &str,
-        name: &str,
-        optional: bool,
-    ) -> Result<BTreeMap<String, Vec<u8>>, String> {
-        let api: Api<ConfigMap> = Api::namespaced(self.client()?.clone(), ns);
-        match api.get_opt(name).await {
-            Ok(Some(cm)) => {
-                let mut data: BTreeMap<String, Vec<u8>> = cm
-                    .data
-                    .unwrap_or_default()
-                    .into_iter()
-                    .map(|(k, v)| (k, v.into_bytes()))
-                    .collect();
-                for (k, v) in cm.binary_data.unwrap_or_default() {
-                    data.insert(k, v.0);
-                }
-                Ok(data)
-            }
-            Ok(None) if optional => Ok(BTreeMap::new()),
-            Ok(None) => Err(format!("configmap \"{name}\" not found")),
-            Err(e) => Err(format!("configmap \"{name}\": {e}")),
-        }
-    }
-
-    async fn secret(
-        &self,
-        ns: &str,
-        name: &str,
-        optional: bool,
-    ) -> Result<BTreeMap<String, Vec<u8>>, String> {
-        let api: Api<Secret> = Api::namespaced(self.client()?.clone(), ns);
-        match api.get_opt(name).await {
-            Ok(Some(s)) => {
-                let mut data: BTreeMap<String, Vec<u8>> = s
-                    .data
-                    .unwrap_or_default()
-                    .into_iter()
-                    .map(|(k, v)| (k, v.0))
-                    .collect();
-                for (k, v) in s.string_data.unwrap_or_default() {
-                    data.insert(k, v.into_bytes());
-                }
-                Ok(data)
-            }
-            Ok(None) if optional => Ok(BTreeMap::new()),
-            Ok(None) => Err(format!("secret \"{name}\" not found")),
-            Err(e) => Err(format!("secret \"{name}\": {e}")),
-        }
-    }
-
-    /// A service account token from the TokenRequest API (`serviceaccounts/<sa>/token`), bound to the pod.
-    async fn token(
-        &self,
-        pod: &Pod,
-        audience: Option<&str>,
-        expiration: Option<i64>,
-    ) -> Result<Vec<u8>, String> {
-        let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
-        let sa = pod
-            .spec
-            .as_ref()
-            .and_then(|s| s.service_account_name.as_deref())
-            .unwrap_or("default");
-        let mut spec = serde_json::json!({
-            "expirationSeconds": expiration.unwrap_or(3607),
-            "boundObjectRef": {"apiVersion": "v1", "kind": "Pod",
-                               "name": pod.metadata.name, "uid": pod.metadata.uid},
-        });
-        if let Some(a) = audience.filter(|a| !a.is_empty()) {
-            spec["audiences"] = serde_json::json!([a]);
-        }
-        let body = serde_json::json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": spec});
-        let req = http::Request::post(format!(
-            "/api/v1/namespaces/{ns}/serviceaccounts/{sa}/token"
-        ))
-        .header("content-type", "application/json")
-        .body(serde_json::to_vec(&body).unwrap_or_default())
-        .map_err(|e| e.to_string())?;
-        let resp: serde_json::Value = match self.client()?.request(req).await {
-            Ok(v) => v,
-            Err(kube::Error::Api(e)) if e.code == 404 => {
-                return Err(format!(
-                    "failed to fetch token for service account {ns}/{sa}: the API server does not serve the TokenRequest API (serviceaccounts/token): {}",
-                    e.message
-                ))
-            }
-            Err(e) => return Err(format!("failed to fetch token for service account {ns}/{sa}: {e}")),
-        };
-        resp["status"]["token"]
-            .as_str()
-            .map(|t| t.as_bytes().to_vec())
-            .ok_or_else(|| "TokenRequest answer has no status.token".into())
-    }
-
-    fn downward_files(
-        pod: &Pod,
-        items: &[DownwardAPIVolumeFile],
-        default_mode: u32,
-        host_ip: &str,
-        pod_ips: &[String],
-    ) -> Result<BTreeMap<String, (Vec<u8>, u32)>, String> {
-        let mut out = BTreeMap::new();
-        for item in items {
-            let value = if let Some(f) = &item.field_ref {
-                envvars::field_ref(pod, &f.field_path, host_ip, pod_ips)?
-            } else if let Some(r) = &item.resource_field_ref {
-                let container = pod
-                    .spec
-                    .as_ref()
-                    .and_then(|s| {
-                        s.containers
-                            .iter()
-                            .find(|c| Some(&c.name) == r.container_name.as_ref())
-                    })
-                    .ok_or_else(|| {
-                        format!("resourceFieldRef: no container {:?}", r.container_name)
-                    })?;
-                envvars::resource_field_ref(
-                    container,
-                    &r.resource,
-                    r.divisor.as_ref().map(|d| d.0.as_str()),
-                    &BTreeMap::new(),
-                )?
-            } else {
-                return Err(format!("downwardAPI item {} has no source", item.path));
-            };
-            out.insert(
-                item.path.clone(),
-                (
-                    value.into_bytes(),
-                    item.mode.map_or(default_mode, |m| m as u32),
-                ),
-            );
-        }
-        Ok(out)
-    }
-
     /// Prepares every volume of `pod`; errors name the volume (for the FailedMount event).
-    pub async fn setup(
-        &self,
-        pod: &Pod,
-        host_ip: &str,
-        pod_ips: &[String],
-    ) -> Result<HashMap<String, MountedVolume>, String> {
+    pub async fn setup(&self, pod: &Pod) -> Result<HashMap<String, MountedVolume>, String> {
         let uid = pod.metadata.uid.as_deref().unwrap_or("");
         let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
         let pod_dir = self.root_dir.join("pods").join(uid);
@@ -289,7 +117,7 @@ impl VolumeManager {
             .flatten()
         {
             let mounted = self
-                .setup_one(pod, ns, &pod_dir, v, host_ip, pod_ips)
+                .setup_one(pod, ns, &pod_dir, v)
                 .await
                 .map_err(|e| format!("MountVolume.SetUp failed for volume \"{}\" : {e}", v.name))?;
             out.insert(v.name.clone(), mounted);
@@ -303,18 +131,15 @@ impl VolumeManager {
         ns: &str,
         pod_dir: &Path,
         v: &Volume,
-        host_ip: &str,
-        pod_ips: &[String],
     ) -> Result<MountedVolume, String> {
         let api_data = |host_path: PathBuf| MountedVolume {
             host_path,
             read_only: true,
         };
+        let fs_group = ownership::fs_group(pod).map(|(g, _)| g);
         if v.empty_dir.is_some() {
             let dir = plugin_dir(pod_dir, "empty-dir", &v.name);
-            std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-            std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777))
-                .map_err(|e| format!("{}: {e}", dir.display()))?;
+            setup_dir(&dir)?;
             if let Some((group, on_root_mismatch)) = ownership::fs_group(pod) {
                 ownership::set_volume_ownership(&dir, group, on_root_mismatch, false)?;
             }
@@ -331,77 +156,59 @@ impl VolumeManager {
             });
         }
         if let Some(c) = &v.config_map {
-            let data = self
-                .config_map(ns, &c.name, c.optional == Some(true))
-                .await?;
-            let files = select_items(
-                &data,
-                c.items.as_ref(),
-                c.default_mode.map_or(0o644, |m| m as u32),
+            let payload = configmap::payload(
+                self.client()?,
+                Kind::ConfigMap,
+                ns,
                 &c.name,
-            )?;
+                c.items.as_deref(),
+                configmap::mode_of(c.default_mode, configmap::DEFAULT_MODE),
+                c.optional == Some(true),
+            )
+            .await?;
             let dir = plugin_dir(pod_dir, "configmap", &v.name);
-            write_files(&dir, &files)?;
+            write_volume(&dir, &payload, fs_group)?;
             return Ok(api_data(dir));
         }
         if let Some(s) = &v.secret {
             let name = s.secret_name.clone().unwrap_or_default();
-            let data = self.secret(ns, &name, s.optional == Some(true)).await?;
-            let files = select_items(
-                &data,
-                s.items.as_ref(),
-                s.default_mode.map_or(0o644, |m| m as u32),
+            let payload = configmap::payload(
+                self.client()?,
+                Kind::Secret,
+                ns,
                 &name,
-            )?;
+                s.items.as_deref(),
+                configmap::mode_of(s.default_mode, configmap::DEFAULT_MODE),
+                s.optional == Some(true),
+            )
+            .await?;
             let dir = plugin_dir(pod_dir, "secret", &v.name);
-            write_files(&dir, &files)?;
+            write_volume(&dir, &payload, fs_group)?;
             return Ok(api_data(dir));
         }
         if let Some(d) = &v.downward_api {
-            let files = Self::downward_files(
-                pod,
+            let payload = downwardapi::collect_data(
                 d.items.as_deref().unwrap_or(&[]),
-                d.default_mode.map_or(0o644, |m| m as u32),
-                host_ip,
-                pod_ips,
+                pod,
+                &self.node_allocatable,
+                configmap::mode_of(d.default_mode, configmap::DEFAULT_MODE),
             )?;
             let dir = plugin_dir(pod_dir, "downward-api", &v.name);
-            write_files(&dir, &files)?;
+            write_volume(&dir, &payload, fs_group)?;
             return Ok(api_data(dir));
         }
         if let Some(p) = &v.projected {
-            let mode = p.default_mode.map_or(0o644, |m| m as u32);
-            let mut files = BTreeMap::new();
-            for source in p.sources.iter().flatten() {
-                if let Some(c) = &source.config_map {
-                    let data = self
-                        .config_map(ns, &c.name, c.optional == Some(true))
-                        .await?;
-                    files.extend(select_items(&data, c.items.as_ref(), mode, &c.name)?);
-                }
-                if let Some(s) = &source.secret {
-                    let data = self.secret(ns, &s.name, s.optional == Some(true)).await?;
-                    files.extend(select_items(&data, s.items.as_ref(), mode, &s.name)?);
-                }
-                if let Some(d) = &source.downward_api {
-                    files.extend(Self::downward_files(
-                        pod,
-                        d.items.as_deref().unwrap_or(&[]),
-                        mode,
-                        host_ip,
-                        pod_ips,
-                    )?);
-                }
-                if let Some(t) = &source.service_account_token {
-                    let token = self
-                        .token(pod, t.audience.as_deref(), t.expiration_seconds)
-                        .await?;
-                    // Tokens are private to the pod's user (upstream: 0600 unless fsGroup says otherwise).
-                    files.insert(t.path.clone(), (token, 0o600));
-                }
-            }
+            let ctx = projected::Context {
+                client: self.client.as_ref(),
+                tokens: &self.tokens,
+                pod,
+                allocatable: &self.node_allocatable,
+                fs_user: ownership::fs_user_from(pod),
+                has_fs_group: fs_group.is_some(),
+            };
+            let payload = projected::collect(&ctx, &v.name, p).await?;
             let dir = plugin_dir(pod_dir, "projected", &v.name);
-            write_files(&dir, &files)?;
+            write_volume(&dir, &payload, fs_group)?;
             return Ok(api_data(dir));
         }
         if let Some((claim_name, must_own, read_only)) = persistent::claim_of(pod, v) {
@@ -464,6 +271,7 @@ impl VolumeManager {
         if uid.is_empty() {
             return;
         }
+        self.tokens.forget_pod(uid);
         let dir = self.root_dir.join("pods").join(uid);
         if let Err(e) = std::fs::remove_dir_all(&dir) {
             if e.kind() != std::io::ErrorKind::NotFound {
@@ -533,48 +341,42 @@ mod tests {
     use super::*;
 
     #[test]
-    fn files_are_written_and_stale_ones_removed() {
+    fn api_volumes_are_given_to_the_fs_group() {
+        use std::os::unix::fs::MetadataExt;
         let dir = tempfile::tempdir().unwrap();
-        let mut files = BTreeMap::new();
-        files.insert("a".to_string(), (b"1".to_vec(), 0o644));
-        files.insert("sub/b".to_string(), (b"2".to_vec(), 0o600));
-        write_files(dir.path(), &files).unwrap();
-        assert_eq!(std::fs::read(dir.path().join("sub/b")).unwrap(), b"2");
-        let mode = std::fs::metadata(dir.path().join("sub/b"))
-            .unwrap()
-            .permissions()
-            .mode();
-        assert_eq!(mode & 0o777, 0o600);
-        files.remove("a");
-        write_files(dir.path(), &files).unwrap();
-        assert!(!dir.path().join("a").exists());
-        let mut bad = BTreeMap::new();
-        bad.insert("../x".to_string(), (Vec::new(), 0o644));
-        assert!(write_files(dir.path(), &bad).is_err());
-    }
-
-    #[test]
-    fn items_select_keys() {
-        let data: BTreeMap<String, Vec<u8>> = [
-            ("k".to_string(), b"v".to_vec()),
-            ("j".to_string(), b"w".to_vec()),
-        ]
-        .into();
-        let all = select_items(&data, None, 0o644, "cm").unwrap();
-        assert_eq!(all.len(), 2);
-        let items = vec![KeyToPath {
-            key: "k".into(),
-            path: "dir/file".into(),
-            mode: Some(0o400),
-        }];
-        let some = select_items(&data, Some(&items), 0o644, "cm").unwrap();
-        assert_eq!(some.get("dir/file"), Some(&(b"v".to_vec(), 0o400)));
-        let missing = vec![KeyToPath {
-            key: "x".into(),
-            path: "p".into(),
-            mode: None,
-        }];
-        assert!(select_items(&data, Some(&missing), 0o644, "cm").is_err());
+        let vol = dir.path().join("vol");
+        let payload = Payload::from([
+            (
+                "key".to_string(),
+                atomic_writer::FileProjection::new(b"secret".to_vec(), 0o400),
+            ),
+            (
+                "sub/other".to_string(),
+                atomic_writer::FileProjection::new(b"x".to_vec(), 0o600),
+            ),
+        ]);
+        write_volume(&vol, &payload, Some(4321)).unwrap();
+        // Upstream: mode | 0440 for files of read-only volumes, | 02550 for directories.
+        let file = std::fs::metadata(vol.join("key")).unwrap();
+        assert_eq!((file.mode() & 0o7777, file.gid()), (0o440, 4321));
+        assert_eq!(
+            std::fs::metadata(vol.join("sub/other")).unwrap().mode() & 0o7777,
+            0o640
+        );
+        let ts = std::fs::metadata(vol.join("..data")).unwrap();
+        assert_eq!((ts.mode() & 0o7777, ts.gid()), (0o2755, 4321));
+        let root = std::fs::metadata(&vol).unwrap();
+        assert_eq!((root.mode() & 0o7777, root.gid()), (0o2777, 4321));
+        assert_eq!(
+            std::fs::symlink_metadata(vol.join("..data")).unwrap().gid(),
+            4321
+        );
+        // Without an fsGroup the modes are the payload's.
+        let plain = dir.path().join("plain");
+        write_volume(&plain, &payload, None).unwrap();
+        let file = std::fs::metadata(plain.join("key")).unwrap();
+        assert_eq!(file.mode() & 0o7777, 0o400);
+        assert_eq!(std::fs::metadata(&plain).unwrap().mode() & 0o7777, 0o777);
     }
 
     #[test]

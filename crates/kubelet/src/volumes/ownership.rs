@@ -2,7 +2,7 @@
 //! ownership management (emptyDir, local PVs, and upstream's block and CSI volumes) are handed to
 //! the pod's `fsGroup`: every file and directory gets that group, group read/write (read only for
 //! read-only volumes), directories also group execute and the setgid bit so new files inherit the
-//! group. Symbolic links are left alone. With `fsGroupChangePolicy: OnRootMismatch` nothing is
+//! group. Symbolic links get the group but no mode change. With `fsGroupChangePolicy: OnRootMismatch` nothing is
 //! walked when the volume's root already has the group and the bits.
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -40,25 +40,56 @@ fn root_matches(dir: &Path, group: u32, read_only: bool) -> bool {
     meta.gid() == group && meta.mode() & mask == mask
 }
 
-fn change(path: &Path, group: u32, read_only: bool) -> std::io::Result<()> {
-    let meta = std::fs::symlink_metadata(path)?;
-    if meta.file_type().is_symlink() {
-        return Ok(());
+/// Upstream `changeFilePermission`: the group of everything, links included (lchown); the mode
+/// bits of everything but links (a link's chmod would reach its target). Failures are logged and
+/// the walk goes on, as upstream's.
+fn change(path: &Path, meta: &std::fs::Metadata, group: u32, read_only: bool) {
+    if let Err(e) = std::os::unix::fs::lchown(path, None, Some(group)) {
+        tracing::warn!(path = %path.display(), error = %e, "lchown failed");
     }
-    std::os::unix::fs::lchown(path, None, Some(group))?;
+    if meta.file_type().is_symlink() {
+        return;
+    }
     let mode = meta.mode() | wanted_mask(meta.is_dir(), read_only);
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode & 0o7777))
+    if let Err(e) = std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode & 0o7777)) {
+        tracing::warn!(path = %path.display(), error = %e, "chmod failed");
+    }
 }
 
 fn walk(path: &Path, group: u32, read_only: bool) -> std::io::Result<()> {
-    change(path, group, read_only)?;
     let meta = std::fs::symlink_metadata(path)?;
+    change(path, &meta, group, read_only);
     if meta.is_dir() {
         for entry in std::fs::read_dir(path)? {
             walk(&entry?.path(), group, read_only)?;
         }
     }
     Ok(())
+}
+
+/// Upstream `FsUserFrom`: the one user every init and app container runs as (its own
+/// `runAsUser`, else the pod's), if there is one.
+pub fn fs_user_from(pod: &Pod) -> Option<u32> {
+    let spec = pod.spec.as_ref()?;
+    let pod_user = spec.security_context.as_ref().and_then(|s| s.run_as_user);
+    let mut user = None;
+    for c in spec
+        .init_containers
+        .iter()
+        .flatten()
+        .chain(spec.containers.iter())
+    {
+        let u = c
+            .security_context
+            .as_ref()
+            .and_then(|s| s.run_as_user)
+            .or(pod_user)?;
+        match user {
+            Some(seen) if seen != u => return None,
+            _ => user = Some(u),
+        }
+    }
+    user.and_then(|u| u32::try_from(u).ok())
 }
 
 /// Gives `dir` (a volume's root) to `group` as upstream does.
@@ -123,5 +154,23 @@ mod tests {
         )
         .unwrap();
         assert_eq!(fs_group(&none), None);
+    }
+
+    #[test]
+    fn one_user_for_all_containers() {
+        let pod = |spec: serde_json::Value| -> Pod {
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "p"}, "spec": spec}))
+                .unwrap()
+        };
+        let same = pod(serde_json::json!({"securityContext": {"runAsUser": 1000},
+            "initContainers": [{"name": "i"}],
+            "containers": [{"name": "a"}, {"name": "b", "securityContext": {"runAsUser": 1000}}]}));
+        assert_eq!(fs_user_from(&same), Some(1000));
+        let differ = pod(serde_json::json!({"securityContext": {"runAsUser": 1000},
+            "containers": [{"name": "a"}, {"name": "b", "securityContext": {"runAsUser": 1001}}]}));
+        assert_eq!(fs_user_from(&differ), None);
+        let unset = pod(serde_json::json!({"containers": [{"name": "a",
+            "securityContext": {"runAsUser": 5}}, {"name": "b"}]}));
+        assert_eq!(fs_user_from(&unset), None);
     }
 }

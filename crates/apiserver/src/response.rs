@@ -27,6 +27,44 @@ pub fn streaming(rx: tokio::sync::mpsc::Receiver<Bytes>) -> Body {
     BodyExt::boxed(StreamBody::new(stream))
 }
 
+/// `resp` with `guard` kept alive until its body is sent or dropped (a flow-control seat, a watch
+/// slot, an audit record). The body's length and end are still seen by hyper (`Content-Length`
+/// instead of chunking) and by the layers around (the audit log keeps bodies of known length);
+/// `map_frame` would hide them.
+pub fn hold<G: Send + Sync + Unpin + 'static>(resp: Response<Body>, guard: G) -> Response<Body> {
+    resp.map(|inner| {
+        BodyExt::boxed(Held {
+            inner,
+            _guard: guard,
+        })
+    })
+}
+
+struct Held<G> {
+    inner: Body,
+    _guard: G,
+}
+
+impl<G: Send + Sync + Unpin + 'static> hyper::body::Body for Held<G> {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        std::pin::Pin::new(&mut self.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
 pub fn bytes_response(
     code: StatusCode,
     content_type: &str,
@@ -236,6 +274,23 @@ mod tests {
         let mut h = HeaderMap::new();
         h.insert(header::ACCEPT, v.parse().unwrap());
         h
+    }
+
+    #[tokio::test]
+    async fn a_held_body_keeps_its_length_and_frees_the_guard_when_dropped() {
+        use hyper::body::Body as _;
+        let guard = std::sync::Arc::new(());
+        let resp = hold(
+            bytes_response(StatusCode::OK, JSON, Bytes::from_static(b"{}\n")),
+            guard.clone(),
+        );
+        // Hyper sends a Content-Length, and the audit log keeps the body, only when it is exact.
+        assert_eq!(resp.body().size_hint().exact(), Some(3));
+        assert!(!resp.body().is_end_stream());
+        assert_eq!(std::sync::Arc::strong_count(&guard), 2);
+        let body = resp.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(&body[..], b"{}\n");
+        assert_eq!(std::sync::Arc::strong_count(&guard), 1);
     }
 
     #[test]

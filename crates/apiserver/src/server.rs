@@ -457,13 +457,7 @@ fn hold_while_streaming(
 ) -> Response<Body> {
     match seat {
         None => resp,
-        Some(seat) => resp.map(|body| {
-            body.map_frame(move |frame| {
-                let _held = &seat;
-                frame
-            })
-            .boxed()
-        }),
+        Some(seat) => response::hold(resp, seat),
     }
 }
 

@@ -10,15 +10,12 @@
 //! request that failed authentication gets one `ResponseStarted` event, as upstream.
 
 use std::net::{IpAddr, SocketAddr};
-use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 use bytes::Bytes;
 use chrono::Utc;
 use http::{HeaderMap, HeaderValue, Request, Response};
 use http_body_util::BodyExt;
-use hyper::body::{Frame, SizeHint};
 
 use super::event::{Event, ObjectRef, ResponseStatus, User};
 use super::log::LogBackend;
@@ -371,14 +368,9 @@ impl RequestAudit {
         }
         p.emit(Stage::ResponseStarted);
         p.phase = Phase::Streaming;
-        let (parts, body) = resp.into_parts();
-        Response::from_parts(
-            parts,
-            BodyExt::boxed(Audited {
-                inner: body,
-                _pending: p,
-            }),
-        )
+        // `ResponseComplete` is written when the connection drops the body (the stream ended or
+        // the client left).
+        response::hold(resp, p)
     }
 }
 
@@ -464,33 +456,6 @@ impl Drop for Pending {
                 self.emit_last(Stage::ResponseComplete);
             }
         }
-    }
-}
-
-/// A long-running response's body; `ResponseComplete` is written when the connection drops it
-/// (the stream ended or the client left).
-struct Audited {
-    inner: Body,
-    _pending: Box<Pending>,
-}
-
-impl hyper::body::Body for Audited {
-    type Data = Bytes;
-    type Error = std::convert::Infallible;
-
-    fn poll_frame(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
-        Pin::new(&mut self.inner).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
     }
 }
 

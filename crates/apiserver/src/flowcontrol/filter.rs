@@ -81,20 +81,13 @@ impl Seat {
     /// it writes: a large LIST occupies its seats while it goes out, not only while it is built.
     /// A watch's seats go back now.
     pub fn annotate(self, mut resp: Response<Body>) -> Response<Body> {
-        use http_body_util::BodyExt;
         if let Some(class) = &self.class {
             class.set_headers(resp.headers_mut());
         }
         if self.long_running || matches!(self.held, Held::None) {
             return resp;
         }
-        resp.map(|body| {
-            body.map_frame(move |frame| {
-                let _held = &self;
-                frame
-            })
-            .boxed()
-        })
+        response::hold(resp, self)
     }
 }
 
@@ -564,6 +557,12 @@ mod tests {
         ));
         assert_eq!(resp.headers()[FLOW_SCHEMA_HEADER], "fs-uid");
         assert_eq!(busy(&apf), 1, "held while the body is unsent");
+        use hyper::body::Body as _;
+        assert_eq!(
+            resp.body().size_hint().exact(),
+            Some(5),
+            "the length is kept"
+        );
         let body = resp.into_body().collect().await.unwrap().to_bytes();
         assert_eq!(&body[..], b"large");
         assert_eq!(busy(&apf), 0, "given back once sent");

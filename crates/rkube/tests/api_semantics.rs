@@ -422,6 +422,48 @@ fn services_get_unique_addresses_and_ports(backend: Backend) {
             .unwrap();
         svcs.delete(owner.metadata.name.as_deref().unwrap(), &DeleteParams::default()).await.expect("delete");
         svcs.create(&PostParams::default(), &s).await.expect("port free again");
+
+        // Type changes take and free addresses and ports, as upstream (kubectl patch of the type alone).
+        let spec_of = |s: Service| s.spec.unwrap();
+        c.kubectl(&["create", "service", "clusterip", "flip", "--tcp=80:80"]);
+        let ip = spec_of(svcs.get("flip").await.unwrap()).cluster_ip.unwrap();
+        c.kubectl(&["patch", "service", "flip", "-p", r#"{"spec":{"type":"NodePort"}}"#]);
+        let np = spec_of(svcs.get("flip").await.unwrap());
+        assert_eq!(np.cluster_ip.as_deref(), Some(ip.as_str()), "the address is kept");
+        let node_port = np.ports.unwrap()[0].node_port.expect("a node port is allocated");
+        assert!((30000..=32767).contains(&node_port) && !ports.contains(&node_port), "{node_port}");
+        c.kubectl(&["patch", "service", "flip", "-p",
+            r#"{"spec":{"type":"LoadBalancer","externalTrafficPolicy":"Local"}}"#]);
+        let lb = spec_of(svcs.get("flip").await.unwrap());
+        assert_eq!(lb.ports.unwrap()[0].node_port, Some(node_port), "the node port is kept");
+        let hc = lb.health_check_node_port.expect("a health check node port is allocated");
+        assert!((30000..=32767).contains(&hc) && hc != node_port, "{hc}");
+        let want = |name: &str, port: i32| -> Service {
+            from(json!({"metadata": {"name": name}, "spec": {"type": "NodePort", "ports": [{"port": 80, "nodePort": port}]}}))
+        };
+        for taken in [node_port, hc] {
+            assert_eq!(code(svcs.create(&PostParams::default(), &want("want", taken)).await.expect_err("taken")), 422);
+        }
+        c.kubectl(&["patch", "service", "flip", "-p", r#"{"spec":{"type":"ClusterIP"}}"#]);
+        let back = spec_of(svcs.get("flip").await.unwrap());
+        assert_eq!(back.cluster_ip.as_deref(), Some(ip.as_str()));
+        assert_eq!(back.ports.unwrap()[0].node_port, None, "node port dropped");
+        assert_eq!(back.health_check_node_port, None, "health check port dropped");
+        assert_eq!(back.external_traffic_policy, None);
+        // Both ports are free again.
+        svcs.create(&PostParams::default(), &want("want-np", node_port)).await.expect("node port freed");
+        svcs.create(&PostParams::default(), &want("want-hc", hc)).await.expect("health check port freed");
+        // To ExternalName frees the address; back to ClusterIP takes one.
+        c.kubectl(&["patch", "service", "flip", "-p",
+            r#"{"spec":{"type":"ExternalName","externalName":"example.com"}}"#]);
+        assert_eq!(spec_of(svcs.get("flip").await.unwrap()).cluster_ip, None);
+        let gone = c.kubectl_output(&["get", "ipaddress", &ip], None);
+        assert!(!gone.status.success(), "the IPAddress of {ip} is deleted");
+        c.kubectl(&["patch", "service", "flip", "-p",
+            r#"{"spec":{"type":"ClusterIP","externalName":null,"ports":[{"port":80}]}}"#]);
+        let again = spec_of(svcs.get("flip").await.unwrap()).cluster_ip.expect("an address again");
+        assert_ne!(again, "None");
+        c.kubectl(&["get", "ipaddress", &again]);
     });
 }
 

@@ -17,13 +17,17 @@
 //!
 //! Differences: single-stack only (the family of `--service-cluster-ip-range`; ServiceCIDRs of the
 //! other family are ignored); a dry-run create returns a free-looking address without reserving it
-//! (upstream returns the range's network address); Service updates do not reallocate (type changes
-//! keep what the create allocated).
+//! (upstream returns the range's network address).
+//!
+//! Updates ([`update`]): a type change allocates or frees the ClusterIP, node ports and the
+//! health check node port as upstream's `allocateUpdate`, freeing what the old object held only
+//! once the new one is stored.
 
 pub mod cidr;
 pub mod default_cidr;
 pub mod nodeports;
 pub mod repair;
+pub mod update;
 
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -297,82 +301,20 @@ impl ServiceAllocator {
         svc: &mut Value,
         dry_run: bool,
     ) -> Result<(), ApiError> {
-        let name = objects::name(svc).to_string();
-        let namespace = objects::namespace(svc).to_string();
-        let invalid =
-            |errs: Vec<FieldError>| ApiError::invalid(&Qualified::new("", "Service"), &name, &errs);
         let svc_type = svc
             .pointer("/spec/type")
             .and_then(Value::as_str)
             .unwrap_or("ClusterIP")
             .to_string();
-        let mut reserved = None;
-        if svc_type != "ExternalName" {
-            let requested = cluster_ips(svc).into_iter().next().unwrap_or_default();
-            let ip = match requested.as_str() {
-                "None" => None,
-                "" => {
-                    let ip = self
-                        .allocate_next(api, &namespace, &name, dry_run)
-                        .await
-                        .map_err(|e| {
-                            ApiError::internal(format!("failed to allocate a serviceIP: {e}"))
-                        })?;
-                    Some(ip)
-                }
-                explicit => {
-                    let Some(ip) = cidr::parse_ip(explicit) else {
-                        let path = FieldPath::root("spec").child("clusterIPs").index(0);
-                        return Err(invalid(vec![FieldError::invalid(
-                            &path,
-                            explicit,
-                            "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)",
-                        )]));
-                    };
-                    if let Err(e) = self
-                        .allocate_static(api, ip, &namespace, &name, dry_run)
-                        .await
-                    {
-                        let listed = svc
-                            .pointer("/spec/clusterIPs")
-                            .filter(|v| v.as_array().is_some_and(|a| !a.is_empty()))
-                            .cloned()
-                            .unwrap_or_else(|| json!([explicit]));
-                        let path = FieldPath::root("spec").child("clusterIPs");
-                        return Err(invalid(vec![FieldError::invalid(
-                            &path,
-                            listed,
-                            format!("failed to allocate IP {explicit}: {e}"),
-                        )]));
-                    }
-                    Some(ip)
-                }
-            };
-            let (text, fam) = match ip {
-                Some(ip) => (
-                    if requested.is_empty() {
-                        ip.to_string()
-                    } else {
-                        requested.clone()
-                    },
-                    cidr::family(&ip),
-                ),
-                None => ("None".to_string(), self.default_cidr.family()),
-            };
-            svc["spec"]["clusterIP"] = json!(text);
-            svc["spec"]["clusterIPs"] = json!([text]);
-            svc["spec"]["ipFamilies"] = json!([fam]);
-            svc["spec"]["ipFamilyPolicy"] = json!("SingleStack");
-            if !dry_run {
-                reserved = ip;
-            }
-        }
+        let reserved = if svc_type != "ExternalName" {
+            self.allocate_cluster_ip(api, svc, dry_run).await?
+        } else {
+            None
+        };
         if matches!(svc_type.as_str(), "NodePort" | "LoadBalancer") {
             if let Err(e) = self.node_ports.allocate(api, svc, dry_run).await {
                 if let Some(ip) = reserved {
-                    if let Err(err) = delete_ipaddress(api, &ip, Some((&namespace, &name))).await {
-                        tracing::warn!(%ip, error = %err, "cannot release the address of a failed Service");
-                    }
+                    self.release_ip(api, svc, ip).await;
                 }
                 return Err(e);
             }
@@ -380,18 +322,94 @@ impl ServiceAllocator {
         Ok(())
     }
 
+    /// Fills `spec.clusterIP(s)`, `ipFamilies` and `ipFamilyPolicy` of a Service that gets a
+    /// ClusterIP (or is headless), reserving the address; returns the address reserved (none for
+    /// a headless Service or a dry run).
+    pub(crate) async fn allocate_cluster_ip(
+        &self,
+        api: &Arc<ApiServer>,
+        svc: &mut Value,
+        dry_run: bool,
+    ) -> Result<Option<IpAddr>, ApiError> {
+        let name = objects::name(svc).to_string();
+        let namespace = objects::namespace(svc).to_string();
+        let invalid =
+            |errs: Vec<FieldError>| ApiError::invalid(&Qualified::new("", "Service"), &name, &errs);
+        let requested = cluster_ips(svc).into_iter().next().unwrap_or_default();
+        let ip = match requested.as_str() {
+            "None" => None,
+            "" => {
+                let ip = self
+                    .allocate_next(api, &namespace, &name, dry_run)
+                    .await
+                    .map_err(|e| {
+                        ApiError::internal(format!("failed to allocate a serviceIP: {e}"))
+                    })?;
+                Some(ip)
+            }
+            explicit => {
+                let Some(ip) = cidr::parse_ip(explicit) else {
+                    let path = FieldPath::root("spec").child("clusterIPs").index(0);
+                    return Err(invalid(vec![FieldError::invalid(
+                        &path,
+                        explicit,
+                        "must be a valid IP address, (e.g. 10.9.8.7 or 2001:db8::ffff)",
+                    )]));
+                };
+                if let Err(e) = self
+                    .allocate_static(api, ip, &namespace, &name, dry_run)
+                    .await
+                {
+                    let listed = svc
+                        .pointer("/spec/clusterIPs")
+                        .filter(|v| v.as_array().is_some_and(|a| !a.is_empty()))
+                        .cloned()
+                        .unwrap_or_else(|| json!([explicit]));
+                    let path = FieldPath::root("spec").child("clusterIPs");
+                    return Err(invalid(vec![FieldError::invalid(
+                        &path,
+                        listed,
+                        format!("failed to allocate IP {explicit}: {e}"),
+                    )]));
+                }
+                Some(ip)
+            }
+        };
+        let (text, fam) = match ip {
+            Some(ip) => (
+                if requested.is_empty() {
+                    ip.to_string()
+                } else {
+                    requested.clone()
+                },
+                cidr::family(&ip),
+            ),
+            None => ("None".to_string(), self.default_cidr.family()),
+        };
+        svc["spec"]["clusterIP"] = json!(text);
+        svc["spec"]["clusterIPs"] = json!([text]);
+        svc["spec"]["ipFamilies"] = json!([fam]);
+        svc["spec"]["ipFamilyPolicy"] = json!("SingleStack");
+        Ok(if dry_run { None } else { ip })
+    }
+
+    /// Frees one address of `svc` (its IPAddress object), logging a failure (the repair loop
+    /// frees it later).
+    pub(crate) async fn release_ip(&self, api: &Arc<ApiServer>, svc: &Value, ip: IpAddr) {
+        let (ns, name) = (objects::namespace(svc), objects::name(svc));
+        if let Err(e) = delete_ipaddress(api, &ip, Some((ns, name))).await {
+            tracing::warn!(%ip, error = %e, "cannot release a Service's IPAddress; the repair loop will");
+        }
+    }
+
     /// Returns a deleted (or never stored) Service's addresses and ports.
     pub async fn release(&self, api: &Arc<ApiServer>, svc: &Value) {
-        let (ns, name) = (objects::namespace(svc), objects::name(svc));
         for text in cluster_ips(svc) {
-            let Some(ip) = cidr::parse_ip(&text) else {
-                continue;
-            };
-            if let Err(e) = delete_ipaddress(api, &ip, Some((ns, name))).await {
-                tracing::warn!(%ip, error = %e, "cannot release a Service's IPAddress; the repair loop will");
+            if let Some(ip) = cidr::parse_ip(&text) {
+                self.release_ip(api, svc, ip).await;
             }
         }
-        let ports = nodeports::service_node_ports(svc);
+        let ports = nodeports::held_node_ports(svc);
         if !ports.is_empty() {
             if let Err(e) = self.node_ports.release(api, &ports).await {
                 tracing::warn!(?ports, error = %e, "cannot release node ports");

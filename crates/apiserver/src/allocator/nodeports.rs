@@ -41,6 +41,75 @@ pub fn service_node_ports(svc: &Value) -> Vec<u16> {
         .collect()
 }
 
+/// Upstream's `apiservice.NeedsHealthCheck`: a LoadBalancer with externalTrafficPolicy Local
+/// holds a health check node port.
+pub fn needs_health_check(svc: &Value) -> bool {
+    svc.pointer("/spec/type").and_then(Value::as_str) == Some("LoadBalancer")
+        && svc
+            .pointer("/spec/externalTrafficPolicy")
+            .and_then(Value::as_str)
+            == Some("Local")
+}
+
+/// The health check node port a Service holds (0 when none).
+pub fn health_check_node_port(svc: &Value) -> u16 {
+    svc.pointer("/spec/healthCheckNodePort")
+        .and_then(Value::as_u64)
+        .filter(|p| *p <= u64::from(u16::MAX) && needs_health_check(svc))
+        .map_or(0, |p| p as u16)
+}
+
+/// Every node port a Service keeps taken in the map: its ports' and its health check port.
+pub fn held_node_ports(svc: &Value) -> Vec<u16> {
+    let mut ports = service_node_ports(svc);
+    let hc = health_check_node_port(svc);
+    if hc != 0 && !ports.contains(&hc) {
+        ports.push(hc);
+    }
+    ports
+}
+
+/// Why a node port cannot be had (upstream `portallocator` errors; the text is upstream's).
+#[derive(Debug, PartialEq, Eq)]
+pub enum PortError {
+    NotInRange(String),
+    Allocated,
+    Full,
+}
+
+impl std::fmt::Display for PortError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PortError::NotInRange(range) => write!(
+                f,
+                "provided port is not in the valid range. The range of valid ports is {range}"
+            ),
+            PortError::Allocated => f.write_str("provided port is already allocated"),
+            PortError::Full => f.write_str("range is full"),
+        }
+    }
+}
+
+/// A failed [`NodePorts::reserve`]: which want failed and why, or the store failed.
+#[derive(Debug)]
+pub enum ReserveError {
+    Port(usize, PortError),
+    Store(String),
+}
+
+/// Upstream `shouldAllocateNodePorts`: NodePort Services get node ports for every port, and
+/// LoadBalancers unless `allocateLoadBalancerNodePorts` is false.
+pub fn should_allocate_node_ports(svc: &Value) -> bool {
+    match svc.pointer("/spec/type").and_then(Value::as_str) {
+        Some("NodePort") => true,
+        Some("LoadBalancer") => svc
+            .pointer("/spec/allocateLoadBalancerNodePorts")
+            .and_then(Value::as_bool)
+            .unwrap_or(true),
+        _ => false,
+    }
+}
+
 /// Bit `i` of the big-endian big integer `data`.
 pub fn decode_bitmap(data: &[u8], len: usize) -> Vec<bool> {
     let mut bits = vec![false; len];
@@ -107,7 +176,7 @@ impl NodePorts {
         if let Some(cache) = api.caches.get("services") {
             for svc in cache.list("/services/", &Default::default()) {
                 if let Ok(v) = serde_json::from_slice::<Value>(&svc.json) {
-                    for p in service_node_ports(&v) {
+                    for p in held_node_ports(&v) {
                         if let Some(i) = self.index(p) {
                             bits[i] = true;
                         }
@@ -148,91 +217,175 @@ impl NodePorts {
         }
     }
 
-    /// Fills the missing node ports of a NodePort or LoadBalancer Service and reserves every port it
-    /// names, or rejects taken and out-of-range ones (422).
+    /// Takes node ports in one compare-and-swap of the map: each want is a port (that port, which
+    /// must be free) or 0 (any free port). Returns the
+    /// port of each want. Nothing is taken on error, nor on a dry run; a port asked twice is
+    /// taken by the first want only (the second is "already allocated").
+    pub async fn reserve(
+        &self,
+        api: &ApiServer,
+        wants: &[u16],
+        dry_run: bool,
+    ) -> Result<Vec<u16>, ReserveError> {
+        if wants.is_empty() {
+            return Ok(Vec::new());
+        }
+        let _serial = self.local.lock().await;
+        for _ in 0..ATTEMPTS {
+            let (mut bits, rev) = self.load(api).await.map_err(ReserveError::Store)?;
+            let chosen = self.pick(&mut bits, wants)?;
+            if dry_run
+                || self
+                    .store(api, &bits, rev)
+                    .await
+                    .map_err(ReserveError::Store)?
+            {
+                return Ok(chosen);
+            }
+        }
+        Err(ReserveError::Store(format!("{KEY} kept changing")))
+    }
+
+    /// [`Self::reserve`]'s choice on the map `bits`, marking what it takes.
+    fn pick(&self, bits: &mut [bool], wants: &[u16]) -> Result<Vec<u16>, ReserveError> {
+        let mut chosen = Vec::with_capacity(wants.len());
+        for (i, &want) in wants.iter().enumerate() {
+            if want != 0 {
+                let Some(j) = self.index(want) else {
+                    return Err(ReserveError::Port(i, PortError::NotInRange(self.range())));
+                };
+                if bits[j] {
+                    return Err(ReserveError::Port(i, PortError::Allocated));
+                }
+                bits[j] = true;
+                chosen.push(want);
+                continue;
+            }
+            let free: Vec<usize> = (0..bits.len()).filter(|j| !bits[*j]).collect();
+            if free.is_empty() {
+                return Err(ReserveError::Port(i, PortError::Full));
+            }
+            let j = free[rand::rng().random_range(0..free.len())];
+            bits[j] = true;
+            chosen.push(self.lo + j as u16);
+        }
+        Ok(chosen)
+    }
+
+    /// Fills the missing node ports of a new NodePort or LoadBalancer Service and reserves every
+    /// port it names, or rejects taken and out-of-range ones (422), as upstream's `initNodePorts`:
+    /// ports of one number (e.g. 53 over TCP and UDP) share one node port unless they ask for
+    /// different ones. A LoadBalancer with externalTrafficPolicy Local also gets its health check
+    /// node port (a taken requested one is a 500, as upstream).
     pub async fn allocate(
         &self,
         api: &Arc<ApiServer>,
         svc: &mut Value,
         dry_run: bool,
     ) -> Result<(), ApiError> {
-        let name = crate::objects::name(svc).to_string();
-        let invalid =
-            |errs: Vec<FieldError>| ApiError::invalid(&Qualified::new("", "Service"), &name, &errs);
-        // Upstream `shouldAllocateNodePorts`: a LoadBalancer may opt out of new node ports.
-        let allocate_new = svc.pointer("/spec/type").and_then(Value::as_str)
-            != Some("LoadBalancer")
-            || svc
-                .pointer("/spec/allocateLoadBalancerNodePorts")
-                .and_then(Value::as_bool)
-                .unwrap_or(true);
-        let requested: Vec<u16> = svc
+        let ports: Vec<(u16, u16)> = svc
             .pointer("/spec/ports")
             .and_then(Value::as_array)
             .into_iter()
             .flatten()
-            .map(|p| p.get("nodePort").and_then(Value::as_u64).unwrap_or(0) as u16)
+            .map(|p| {
+                let num = |k: &str| p.get(k).and_then(Value::as_u64).unwrap_or(0) as u16;
+                (num("port"), num("nodePort"))
+            })
             .collect();
-        let _serial = self.local.lock().await;
-        for _ in 0..ATTEMPTS {
-            let (mut bits, rev) = self.load(api).await.map_err(ApiError::internal)?;
-            let mut chosen: Vec<(usize, u16)> = Vec::new();
-            for (i, &want) in requested.iter().enumerate() {
+        let allocate_new = should_allocate_node_ports(svc);
+        let mut wants: Vec<u16> = Vec::new();
+        // For each want, the indices in spec.ports it fills.
+        let mut fills: Vec<Vec<usize>> = Vec::new();
+        let mut by_number: std::collections::HashMap<u16, usize> = Default::default();
+        for (i, &(port, node_port)) in ports.iter().enumerate() {
+            if node_port == 0 && !allocate_new {
+                continue;
+            }
+            match by_number.get(&port) {
+                // Upstream `findRequestedNodePort`: the first port of this number that asked.
+                None => {
+                    let requested = ports
+                        .iter()
+                        .find(|(p, np)| *p == port && *np != 0)
+                        .map_or(0, |(_, np)| *np);
+                    by_number.insert(port, wants.len());
+                    wants.push(requested);
+                    fills.push(vec![i]);
+                }
+                Some(&w) if node_port == 0 || node_port == wants[w] => fills[w].push(i),
+                Some(_) => {
+                    wants.push(node_port);
+                    fills.push(vec![i]);
+                }
+            }
+        }
+        let hc = needs_health_check(svc).then(|| {
+            svc.pointer("/spec/healthCheckNodePort")
+                .and_then(Value::as_u64)
+                .unwrap_or(0) as u16
+        });
+        if let Some(hc) = hc {
+            wants.push(hc);
+        }
+        let chosen = match self.reserve(api, &wants, dry_run).await {
+            Ok(chosen) => chosen,
+            Err(e) => return Err(self.reserve_error(svc, e, &fills, hc)),
+        };
+        if let Some(list) = svc.pointer_mut("/spec/ports").and_then(Value::as_array_mut) {
+            for (w, filled) in fills.iter().enumerate() {
+                for &i in filled {
+                    list[i]["nodePort"] = json!(chosen[w]);
+                }
+            }
+        }
+        if hc.is_some() {
+            svc["spec"]["healthCheckNodePort"] = json!(chosen[fills.len()]);
+        }
+        Ok(())
+    }
+
+    /// The API error of a failed reservation: 422 on the port that asked for a taken or
+    /// out-of-range node port, 500 otherwise (upstream's mapping).
+    pub fn reserve_error(
+        &self,
+        svc: &Value,
+        err: ReserveError,
+        fills: &[Vec<usize>],
+        hc: Option<u16>,
+    ) -> ApiError {
+        let name = crate::objects::name(svc);
+        match err {
+            ReserveError::Store(e) => ApiError::internal(e),
+            ReserveError::Port(w, e) if w >= fills.len() => match hc {
+                Some(p) if p != 0 => ApiError::internal(format!(
+                    "failed to allocate requested HealthCheck NodePort {p}: {e}"
+                )),
+                _ => {
+                    ApiError::internal(format!("failed to allocate a HealthCheck NodePort 0: {e}"))
+                }
+            },
+            ReserveError::Port(_, PortError::Full) => ApiError::internal(format!(
+                "failed to allocate a nodePort: {}",
+                PortError::Full
+            )),
+            ReserveError::Port(w, e) => {
+                let i = fills[w][0];
                 let path = FieldPath::root("spec")
                     .child("ports")
                     .index(i)
                     .child("nodePort");
-                if want == 0 {
-                    if !allocate_new {
-                        continue;
-                    }
-                    let free: Vec<usize> = (0..bits.len()).filter(|j| !bits[*j]).collect();
-                    if free.is_empty() {
-                        return Err(ApiError::internal(
-                            "failed to allocate a nodePort: range is full",
-                        ));
-                    }
-                    let j = free[rand::rng().random_range(0..free.len())];
-                    bits[j] = true;
-                    chosen.push((i, self.lo + j as u16));
-                } else {
-                    let Some(j) = self.index(want) else {
-                        return Err(invalid(vec![FieldError::invalid(
-                            &path,
-                            want,
-                            format!("provided port is not in the valid range. The range of valid ports is {}", self.range()),
-                        )]));
-                    };
-                    if bits[j] {
-                        return Err(invalid(vec![FieldError::invalid(
-                            &path,
-                            want,
-                            "provided port is already allocated",
-                        )]));
-                    }
-                    bits[j] = true;
-                    chosen.push((i, want));
-                }
+                let value = svc
+                    .pointer(&format!("/spec/ports/{i}/nodePort"))
+                    .cloned()
+                    .unwrap_or(Value::Null);
+                ApiError::invalid(
+                    &Qualified::new("", "Service"),
+                    name,
+                    &[FieldError::invalid(&path, value, e.to_string())],
+                )
             }
-            if !dry_run
-                && !chosen.is_empty()
-                && !self
-                    .store(api, &bits, rev)
-                    .await
-                    .map_err(ApiError::internal)?
-            {
-                continue;
-            }
-            if let Some(ports) = svc.pointer_mut("/spec/ports").and_then(Value::as_array_mut) {
-                for (i, port) in chosen {
-                    ports[i]["nodePort"] = json!(port);
-                }
-            }
-            return Ok(());
         }
-        Err(ApiError::internal(
-            "failed to allocate a nodePort: the allocation map kept changing",
-        ))
     }
 
     /// Frees ports.

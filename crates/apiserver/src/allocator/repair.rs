@@ -236,7 +236,7 @@ pub async fn run_once(api: &Arc<ApiServer>) -> Result<(), String> {
     }
     let ports: Vec<u16> = services_json
         .iter()
-        .flat_map(super::nodeports::service_node_ports)
+        .flat_map(super::nodeports::held_node_ports)
         .collect();
     if let Err(e) = api.services.node_ports().ensure(api, &ports).await {
         errors.push(format!("node ports: {e}"));

@@ -204,11 +204,39 @@ async fn attempt(
         .admission
         .validate(ctx.api, &attrs, &new, Some(&old))
         .await?;
+    if sub.is_none() && strategy.allocates_addresses() {
+        // A Service's type change takes or frees addresses and ports: what it took is given back
+        // unless the write lands; what it frees goes only once it did (upstream's transaction).
+        let services = &ctx.api.services;
+        let txn = services
+            .allocate_update(ctx.api, &mut new, &old, ctx.dry_run())
+            .await?;
+        let deletes = super::delete::should_delete_after_update(ctx, &new);
+        let result = write(ctx, sub, precondition, new, (&old, old_rv, is_current)).await;
+        match &result {
+            Ok(Attempt::Done(_)) if !deletes => services.commit_update(ctx.api, &old, txn).await,
+            _ => services.revert_update(ctx.api, &old, txn).await,
+        }
+        return result;
+    }
+    write(ctx, sub, precondition, new, (&old, old_rv, is_current)).await
+}
+
+/// The end of an attempt: the validated object is stored (or found unchanged, or deleted when its
+/// last finalizer went while it was being deleted).
+async fn write(
+    ctx: &Ctx<'_>,
+    sub: Option<&str>,
+    precondition: Option<i64>,
+    mut new: Value,
+    (old, old_rv, is_current): (&Value, i64, bool),
+) -> Result<Attempt, ApiError> {
+    let strategy = ctx.strategy();
     strategy.canonicalize(&mut new);
     objects::set_meta(&mut new, "resourceVersion", old_rv.to_string());
     // An unchanged object is still written when its stored bytes are stale for the encryption
     // config (upstream's `stale`), so that `kubectl replace` re-encrypts after a key rotation.
-    let unchanged = new == old
+    let unchanged = new == *old
         && !crate::encryption::stale_at_rest(
             ctx.api,
             &ctx.key(ctx.namespace(), ctx.name()),

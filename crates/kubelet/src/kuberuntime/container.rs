@@ -199,32 +199,21 @@ pub fn hosts_file(pod: &Pod, pod_ips: &[String], cluster_domain: &str) -> String
     s
 }
 
-fn mounts(ctx: &ContainerContext<'_>) -> Result<Vec<api::Mount>, ConfigError> {
-    let mut out = Vec::new();
-    for m in ctx.container.volume_mounts.iter().flatten() {
-        let v = ctx.volumes.get(&m.name).ok_or_else(|| {
-            format!(
-                "cannot find volume \"{}\" to mount into container \"{}\"",
-                m.name, ctx.container.name
-            )
-        })?;
-        let mut host = v.host_path.clone();
-        if let Some(sub) = m.sub_path.as_deref().filter(|s| !s.is_empty()) {
-            if sub.starts_with('/') || sub.split('/').any(|c| c == "..") {
-                return Err(format!("invalid subPath {sub:?}"));
-            }
-            host = host.join(sub);
-            if !host.exists() {
-                std::fs::create_dir_all(&host).map_err(|e| format!("{}: {e}", host.display()))?;
-            }
-        }
-        out.push(api::Mount {
-            container_path: m.mount_path.clone(),
-            host_path: host.display().to_string(),
-            readonly: m.read_only == Some(true) || v.read_only,
-            ..Default::default()
-        });
-    }
+fn mounts(
+    ctx: &ContainerContext<'_>,
+    env: &HashMap<String, String>,
+) -> Result<Vec<api::Mount>, ConfigError> {
+    // Volume mounts with subPath/subPathExpr and read-only handling: see volumes::subpath.
+    let mut out: Vec<api::Mount> =
+        crate::volumes::subpath::container_mounts(ctx.container, ctx.volumes, env)?
+            .into_iter()
+            .map(|m| api::Mount {
+                container_path: m.container_path,
+                host_path: m.host_path.display().to_string(),
+                readonly: m.read_only,
+                ..Default::default()
+            })
+            .collect();
     let spec = ctx.pod.spec.as_ref();
     let mounted = |out: &[api::Mount], path: &str| out.iter().any(|m| m.container_path == path);
     if spec.and_then(|s| s.host_network) != Some(true) && !mounted(&out, "/etc/hosts") {
@@ -350,7 +339,7 @@ pub async fn container_config(
             .into_iter()
             .map(|(key, value)| api::KeyValue { key, value })
             .collect(),
-        mounts: mounts(ctx)?,
+        mounts: mounts(ctx, &vars)?,
         labels: labels_map,
         annotations: ann,
         log_path: logs::container_log_relative_path(&c.name, ctx.attempt as i32)

@@ -1,20 +1,30 @@
-//! Pod volumes (upstream `pkg/volume/{emptydir,hostpath,configmap,secret,downwardapi,projected}` and
-//! the kubelet's volume manager, much reduced): each volume becomes a host directory (or file) under
-//! `<root-dir>/pods/<uid>/volumes/kubernetes.io~<plugin>/<name>` that containers bind-mount.
-//! ConfigMap, Secret, downward API and projected volumes are written by upstream's atomic writer
-//! ([`atomic_writer`]: a `..data` symlink to a timestamped directory, swapped atomically) on every
-//! pod sync, so updates reach running pods within the sync period as upstream's periodic remount
-//! does; they are mounted read-only and, with a pod `fsGroup`, handed to that group as upstream's
-//! `SetVolumeOwnership` does ([`ownership`]).
+//! Pod volumes (upstream `pkg/volume/{emptydir,hostpath,configmap,secret,downwardapi,projected}`,
+//! the kubelet's volume manager and `makeMounts`, much reduced): each volume becomes a host
+//! directory (or file) under `<root-dir>/pods/<uid>/volumes/kubernetes.io~<plugin>/<name>` that
+//! containers bind-mount ([`subpath`]: subPath, subPathExpr, readOnly).
 //!
-//! Differences: `emptyDir.medium: Memory` is a plain directory (no tmpfs); a projected `serviceAccountToken` needs the API server's TokenRequest API, and
-//! without it the mount fails with a clear event, as upstream's would. PersistentVolumeClaim and
-//! generic ephemeral volumes mount their bound PV when it is a directory on the node
-//! ([`persistent`]); other volume types (NFS, CSI, ...) fail the mount. emptyDir and local volumes
-//! are given to the pod's `fsGroup` ([`ownership`]).
+//! - configMap, secret, downward API and projected volumes are written by upstream's atomic writer
+//!   ([`atomic_writer`]: a `..data` symlink to a timestamped directory, swapped by rename) on every
+//!   pod sync, so updates (and label/annotation changes) reach running pods within the sync period
+//!   as upstream's periodic remount does; unchanged payloads are not rewritten. They are mounted
+//!   read-only, secret/downward API/projected ones on a tmpfs as upstream's, and with a pod
+//!   `fsGroup` handed to that group as `SetVolumeOwnership` does ([`ownership`]).
+//! - emptyDir ([`emptydir`]): a 0777 directory, or a tmpfs for `medium: Memory` (sized as
+//!   upstream), set up once and given to the fsGroup; hostPath types ([`hostpath`]);
+//!   PersistentVolumeClaim and generic ephemeral volumes mount their bound PV when it is a
+//!   directory on the node ([`persistent`]).
+//! - Mounts under a pod's directory are unmounted when the pod's directory is removed.
+//!
+//! Differences from upstream: other volume types (NFS, CSI, iSCSI, image, gitRepo, ...) and
+//! `volumeDevices` (raw block) fail with a clear event; hugepages emptyDirs are refused;
+//! `clusterTrustBundle` and `podCertificate` projections are refused; a projected
+//! `serviceAccountToken` needs the API server's TokenRequest API (without it the mount fails, as
+//! upstream's would); subPaths are checked and resolved but not bind-mounted under
+//! `volume-subpaths` ([`subpath`]); `mountPropagation`, `recursiveReadOnly`, SELinux relabelling,
+//! emptyDir quotas and size eviction, and the `volumesInUse`/volume stats reports are not done;
+//! ConfigMaps and Secrets are read from the API server on each sync rather than from a watch cache.
 
 use std::collections::{BTreeMap, HashMap};
-use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod, Volume};
@@ -23,9 +33,12 @@ use kube::Api;
 pub mod atomic_writer;
 pub mod configmap;
 pub mod downwardapi;
+pub mod emptydir;
+pub mod hostpath;
 pub mod ownership;
 pub mod persistent;
 pub mod projected;
+pub mod subpath;
 
 use atomic_writer::Payload;
 use configmap::Kind;
@@ -53,27 +66,17 @@ fn plugin_dir(pod_dir: &Path, plugin: &str, name: &str) -> PathBuf {
         .join(name)
 }
 
-/// Upstream emptyDir `setupDir`: the directory exists with mode 0777 (set only when the bits
-/// differ, so an fsGroup's setgid bit stays).
-fn setup_dir(dir: &Path) -> Result<(), String> {
-    let err = |e: std::io::Error| format!("{}: {e}", dir.display());
-    std::fs::create_dir_all(dir).map_err(err)?;
-    let mode = std::fs::metadata(dir).map_err(err)?.permissions().mode();
-    if mode & 0o777 != 0o777 {
-        std::fs::set_permissions(
-            dir,
-            std::fs::Permissions::from_mode((mode & 0o7000) | 0o777),
-        )
-        .map_err(err)?;
-    }
-    Ok(())
-}
-
-/// Writes an API data volume's payload through the atomic writer into its (emptyDir-like)
-/// directory; with an fsGroup, the whole volume is handed to it before the new data is published
-/// (upstream passes no fsGroupChangePolicy here: the walk always runs).
-pub fn write_volume(dir: &Path, payload: &Payload, fs_group: Option<u32>) -> Result<(), String> {
-    setup_dir(dir)?;
+/// Writes an API data volume's payload through the atomic writer into its emptyDir-like
+/// directory (a tmpfs of `memory_size` bytes when given, as upstream wraps secret, downward API
+/// and projected volumes); with an fsGroup, the whole volume is handed to it before the new data
+/// is published (upstream passes no fsGroupChangePolicy here: the walk always runs).
+pub fn write_volume(
+    dir: &Path,
+    payload: &Payload,
+    fs_group: Option<u32>,
+    memory_size: Option<Option<i64>>,
+) -> Result<(), String> {
+    emptydir::setup_medium(dir, memory_size.is_some(), memory_size.flatten())?;
     let set_perms = |_: &str| -> Result<(), String> {
         match fs_group {
             Some(group) => ownership::set_volume_ownership(dir, group, false, true),
@@ -81,6 +84,26 @@ pub fn write_volume(dir: &Path, payload: &Payload, fs_group: Option<u32>) -> Res
         }
     };
     atomic_writer::write(dir, payload, Some(&set_perms)).map(|_| ())
+}
+
+/// Upstream refuses block volumes it cannot map; rkube maps none.
+fn refuse_volume_devices(pod: &Pod) -> Result<(), String> {
+    let spec = pod.spec.as_ref();
+    let containers = spec.into_iter().flat_map(|s| {
+        s.init_containers
+            .iter()
+            .flatten()
+            .chain(s.containers.iter())
+    });
+    for c in containers {
+        if let Some(d) = c.volume_devices.iter().flatten().next() {
+            return Err(format!(
+                "MapVolume.MapPodDevice failed for volume \"{}\" : volumeDevices (raw block volumes) are not supported by the rkube kubelet: container \"{}\" asks for {} as a block device",
+                d.name, c.name, d.device_path
+            ));
+        }
+    }
+    Ok(())
 }
 
 impl VolumeManager {
@@ -108,6 +131,7 @@ impl VolumeManager {
         let uid = pod.metadata.uid.as_deref().unwrap_or("");
         let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
         let pod_dir = self.root_dir.join("pods").join(uid);
+        refuse_volume_devices(pod)?;
         let mut out = HashMap::new();
         for v in pod
             .spec
@@ -137,19 +161,17 @@ impl VolumeManager {
             read_only: true,
         };
         let fs_group = ownership::fs_group(pod).map(|(g, _)| g);
-        if v.empty_dir.is_some() {
-            let dir = plugin_dir(pod_dir, "empty-dir", &v.name);
-            setup_dir(&dir)?;
-            if let Some((group, on_root_mismatch)) = ownership::fs_group(pod) {
-                ownership::set_volume_ownership(&dir, group, on_root_mismatch, false)?;
-            }
+        // The tmpfs of secret, downward API and projected volumes (no sizeLimit of their own).
+        let in_memory = Some(emptydir::memory_size(&self.node_allocatable, pod, None));
+        if let Some(e) = &v.empty_dir {
+            let dir = emptydir::setup(pod_dir, &v.name, e, pod, &self.node_allocatable)?;
             return Ok(MountedVolume {
                 host_path: dir,
                 read_only: false,
             });
         }
         if let Some(h) = &v.host_path {
-            host_path_check(Path::new(&h.path), h.type_.as_deref().unwrap_or(""))?;
+            hostpath::check(Path::new(&h.path), h.type_.as_deref().unwrap_or(""))?;
             return Ok(MountedVolume {
                 host_path: PathBuf::from(&h.path),
                 read_only: false,
@@ -167,7 +189,7 @@ impl VolumeManager {
             )
             .await?;
             let dir = plugin_dir(pod_dir, "configmap", &v.name);
-            write_volume(&dir, &payload, fs_group)?;
+            write_volume(&dir, &payload, fs_group, None)?;
             return Ok(api_data(dir));
         }
         if let Some(s) = &v.secret {
@@ -183,7 +205,7 @@ impl VolumeManager {
             )
             .await?;
             let dir = plugin_dir(pod_dir, "secret", &v.name);
-            write_volume(&dir, &payload, fs_group)?;
+            write_volume(&dir, &payload, fs_group, in_memory)?;
             return Ok(api_data(dir));
         }
         if let Some(d) = &v.downward_api {
@@ -194,7 +216,7 @@ impl VolumeManager {
                 configmap::mode_of(d.default_mode, configmap::DEFAULT_MODE),
             )?;
             let dir = plugin_dir(pod_dir, "downward-api", &v.name);
-            write_volume(&dir, &payload, fs_group)?;
+            write_volume(&dir, &payload, fs_group, in_memory)?;
             return Ok(api_data(dir));
         }
         if let Some(p) = &v.projected {
@@ -208,7 +230,7 @@ impl VolumeManager {
             };
             let payload = projected::collect(&ctx, &v.name, p).await?;
             let dir = plugin_dir(pod_dir, "projected", &v.name);
-            write_volume(&dir, &payload, fs_group)?;
+            write_volume(&dir, &payload, fs_group, in_memory)?;
             return Ok(api_data(dir));
         }
         if let Some((claim_name, must_own, read_only)) = persistent::claim_of(pod, v) {
@@ -273,64 +295,10 @@ impl VolumeManager {
         }
         self.tokens.forget_pod(uid);
         let dir = self.root_dir.join("pods").join(uid);
+        emptydir::unmount_under(&dir);
         if let Err(e) = std::fs::remove_dir_all(&dir) {
             if e.kind() != std::io::ErrorKind::NotFound {
                 tracing::warn!(dir = %dir.display(), error = %e, "cannot remove the pod directory");
-            }
-        }
-    }
-}
-
-/// Upstream's hostPath type checks (`DirectoryOrCreate` and `FileOrCreate` create what is missing).
-pub fn host_path_check(path: &Path, type_: &str) -> Result<(), String> {
-    use std::os::unix::fs::FileTypeExt;
-    let meta = std::fs::metadata(path);
-    let show = path.display();
-    match type_ {
-        "" => Ok(()),
-        "DirectoryOrCreate" => {
-            if meta.is_err() {
-                std::fs::create_dir_all(path).map_err(|e| format!("{show}: {e}"))?;
-                std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755))
-                    .map_err(|e| format!("{show}: {e}"))?;
-            } else if !path.is_dir() {
-                return Err(format!(
-                    "hostPath type check failed: {show} is not a directory"
-                ));
-            }
-            Ok(())
-        }
-        "FileOrCreate" => {
-            if meta.is_err() {
-                if let Some(parent) = path.parent() {
-                    std::fs::create_dir_all(parent).map_err(|e| format!("{show}: {e}"))?;
-                }
-                std::fs::File::create(path).map_err(|e| format!("{show}: {e}"))?;
-                std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o644))
-                    .map_err(|e| format!("{show}: {e}"))?;
-            } else if !path.is_file() {
-                return Err(format!("hostPath type check failed: {show} is not a file"));
-            }
-            Ok(())
-        }
-        other => {
-            let m =
-                meta.map_err(|_| format!("hostPath type check failed: {show} does not exist"))?;
-            let t = m.file_type();
-            let ok = match other {
-                "Directory" => t.is_dir(),
-                "File" => t.is_file(),
-                "Socket" => t.is_socket(),
-                "CharDevice" => t.is_char_device(),
-                "BlockDevice" => t.is_block_device(),
-                _ => return Err(format!("unknown hostPath type {other:?}")),
-            };
-            if ok {
-                Ok(())
-            } else {
-                Err(format!(
-                    "hostPath type check failed: {show} is not a {other}"
-                ))
             }
         }
     }
@@ -355,7 +323,7 @@ mod tests {
                 atomic_writer::FileProjection::new(b"x".to_vec(), 0o600),
             ),
         ]);
-        write_volume(&vol, &payload, Some(4321)).unwrap();
+        write_volume(&vol, &payload, Some(4321), None).unwrap();
         // Upstream: mode | 0440 for files of read-only volumes, | 02550 for directories.
         let file = std::fs::metadata(vol.join("key")).unwrap();
         assert_eq!((file.mode() & 0o7777, file.gid()), (0o440, 4321));
@@ -373,24 +341,9 @@ mod tests {
         );
         // Without an fsGroup the modes are the payload's.
         let plain = dir.path().join("plain");
-        write_volume(&plain, &payload, None).unwrap();
+        write_volume(&plain, &payload, None, None).unwrap();
         let file = std::fs::metadata(plain.join("key")).unwrap();
         assert_eq!(file.mode() & 0o7777, 0o400);
         assert_eq!(std::fs::metadata(&plain).unwrap().mode() & 0o7777, 0o777);
-    }
-
-    #[test]
-    fn host_path_types() {
-        let dir = tempfile::tempdir().unwrap();
-        let d = dir.path().join("made");
-        host_path_check(&d, "DirectoryOrCreate").unwrap();
-        assert!(d.is_dir());
-        let f = dir.path().join("f");
-        host_path_check(&f, "FileOrCreate").unwrap();
-        assert!(f.is_file());
-        assert!(host_path_check(&f, "Directory").is_err());
-        assert!(host_path_check(&dir.path().join("none"), "File").is_err());
-        host_path_check(&dir.path().join("none"), "").unwrap();
-        assert!(host_path_check(&f, "Bogus").is_err());
     }
 }

@@ -10,7 +10,8 @@ use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod, Volume};
 
-use super::{host_path_check, MountedVolume};
+use super::hostpath::check as host_path_check;
+use super::MountedVolume;
 
 /// Which claim a pod volume names, and whether the pod must own it (generic ephemeral volumes).
 pub fn claim_of(pod: &Pod, v: &Volume) -> Option<(String, bool, bool)> {

@@ -37,4 +37,11 @@ scripts/images.sh target/images
 # --- checks and tests ------------------------------------------------------------------------------
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
-cargo test --workspace --locked --no-fail-fast
+# Test binaries run side by side under cargo-nextest (`.config/nextest.toml`); nextest does not run
+# doc tests, cargo test does. Without nextest, cargo test runs everything one binary at a time.
+if cargo nextest --version >/dev/null 2>&1; then
+  cargo nextest run --workspace --locked
+  cargo test --workspace --locked --doc
+else
+  cargo test --workspace --locked --no-fail-fast
+fi

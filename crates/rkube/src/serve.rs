@@ -91,6 +91,34 @@ pub struct ServeArgs {
     /// Rotated audit log files kept (0: all).
     #[arg(long, default_value_t = 0)]
     audit_log_maxbackup: usize,
+    /// Kubeconfig naming the server audit events are POSTed to (as `audit.k8s.io/v1` EventLists).
+    #[arg(long)]
+    audit_webhook_config_file: Option<PathBuf>,
+    /// `batch` (buffered, sent off the request path) or `blocking` (each request waits for its
+    /// event's POST).
+    #[arg(long, default_value = "batch")]
+    audit_webhook_mode: apiserver::audit::WebhookMode,
+    /// Events the webhook's batch buffer holds; past it events are dropped and counted.
+    #[arg(long, default_value_t = 10_000)]
+    audit_webhook_batch_buffer_size: usize,
+    /// Most events in one POST.
+    #[arg(long, default_value_t = 400)]
+    audit_webhook_batch_max_size: usize,
+    /// Longest an event waits for its batch to fill (a Go duration).
+    #[arg(long, default_value = "30s", value_parser = parse_go_duration)]
+    audit_webhook_batch_max_wait: Duration,
+    /// Whether batches are rate limited.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    audit_webhook_batch_throttle_enable: bool,
+    /// Batches a second when throttled.
+    #[arg(long, default_value_t = 10.0)]
+    audit_webhook_batch_throttle_qps: f64,
+    /// Batches sent at once before the throttle applies.
+    #[arg(long, default_value_t = 15)]
+    audit_webhook_batch_throttle_burst: usize,
+    /// First wait before a failed POST is retried (then x1.5, five tries in all).
+    #[arg(long, default_value = "10s", value_parser = parse_go_duration)]
+    audit_webhook_initial_backoff: Duration,
     /// Issuer (`iss`) of service account tokens.
     #[arg(long, default_value = apiserver::serviceaccount::DEFAULT_ISSUER)]
     service_account_issuer: String,
@@ -206,19 +234,39 @@ pub(crate) fn parse_duration(s: &str) -> Result<Duration, String> {
 }
 
 impl ServeArgs {
-    /// Auditing needs a policy and a log, as upstream (which records nothing with one alone).
+    /// Auditing needs a policy and a backend (a log, a webhook or both), as upstream (which
+    /// records nothing with one alone).
     fn audit_config(&self) -> Option<apiserver::audit::Config> {
-        match (&self.audit_policy_file, &self.audit_log_path) {
-            (Some(policy), Some(log)) => Some(apiserver::audit::Config {
+        let webhook =
+            self.audit_webhook_config_file
+                .as_ref()
+                .map(|file| apiserver::audit::WebhookConfig {
+                    config_file: file.clone(),
+                    mode: self.audit_webhook_mode,
+                    batch: apiserver::audit::buffered::BatchConfig {
+                        buffer_size: self.audit_webhook_batch_buffer_size,
+                        max_batch_size: self.audit_webhook_batch_max_size,
+                        max_batch_wait: self.audit_webhook_batch_max_wait,
+                        throttle: self.audit_webhook_batch_throttle_enable.then_some((
+                            self.audit_webhook_batch_throttle_qps,
+                            self.audit_webhook_batch_throttle_burst,
+                        )),
+                    },
+                    initial_backoff: self.audit_webhook_initial_backoff,
+                });
+        let has_backend = self.audit_log_path.is_some() || webhook.is_some();
+        match (&self.audit_policy_file, has_backend) {
+            (Some(policy), true) => Some(apiserver::audit::Config {
                 policy_file: policy.clone(),
-                log_path: log.clone(),
+                log_path: self.audit_log_path.clone(),
                 log_max_size_mb: self.audit_log_maxsize,
                 log_max_backups: self.audit_log_maxbackup,
+                webhook,
             }),
-            (None, None) => None,
+            (None, false) => None,
             _ => {
                 eprintln!(
-                    "rkube: auditing needs both --audit-policy-file and --audit-log-path; no audit events will be recorded"
+                    "rkube: auditing needs --audit-policy-file and --audit-log-path or --audit-webhook-config-file; no audit events will be recorded"
                 );
                 None
             }

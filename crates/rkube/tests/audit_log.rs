@@ -8,7 +8,11 @@
 //!   (401, one ResponseStarted event with no user), an impersonated request (`impersonatedUser`);
 //! - `system:nodes` members and `GET /healthz` are not audited (level None), `/livez` is;
 //! - the `Audit-Id` response header is the event's `auditID`;
-//! - a policy that does not parse stops the server from starting.
+//! - a policy that does not parse stops the server from starting;
+//! - the same server also has the webhook backend (`--audit-webhook-config-file`, a kubeconfig
+//!   naming a receiver on a loopback port started by the test): the receiver gets
+//!   `audit.k8s.io/v1` EventLists holding the same events (log and webhook together, upstream's
+//!   union backend).
 
 mod support;
 
@@ -96,6 +100,9 @@ fn the_audit_log_records_user_verb_resource_and_code() {
     )
     .unwrap();
     let log = files.path().join("logs/audit.log");
+    let webhook = Receiver::start();
+    let webhook_config = files.path().join("audit-webhook.kubeconfig");
+    std::fs::write(&webhook_config, webhook.kubeconfig()).unwrap();
     let c = Cluster::start_with(
         Backend::Sqlite,
         &[
@@ -105,6 +112,10 @@ fn the_audit_log_records_user_verb_resource_and_code() {
             policy.to_str().unwrap(),
             "--audit-log-path",
             log.to_str().unwrap(),
+            "--audit-webhook-config-file",
+            webhook_config.to_str().unwrap(),
+            "--audit-webhook-batch-max-wait",
+            "200ms",
         ],
     );
     let as_token = |token: &str, args: &[&str]| c.kubectl_as(token, args, None);
@@ -265,6 +276,102 @@ fn the_audit_log_records_user_verb_resource_and_code() {
     assert_eq!(livez["verb"], "get");
     assert_eq!(livez["responseStatus"]["code"], 200);
     assert!(livez.get("objectRef").is_none());
+
+    // The webhook got the same events, batched into EventLists.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let posted = loop {
+        let posted = webhook.events();
+        let has = |verb: &str, resource: &str, code: u16| {
+            posted.iter().any(|e| {
+                e["stage"] == "ResponseComplete"
+                    && e["verb"] == verb
+                    && e["objectRef"]["resource"] == resource
+                    && e["responseStatus"]["code"] == code
+            })
+        };
+        if has("delete", "configmaps", 200) && has("list", "secrets", 403) {
+            break posted;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the audit webhook never got the delete and the refusal: {posted:#?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    for list in webhook.lists() {
+        assert_eq!(list["kind"], "EventList");
+        assert_eq!(list["apiVersion"], "audit.k8s.io/v1");
+    }
+    let hooked = complete(&posted, "create", "configmaps", "audit-cm");
+    assert_eq!(hooked["auditID"], create["auditID"]);
+    assert_eq!(hooked["user"]["username"], "kubernetes-admin");
+    assert_eq!(hooked["responseStatus"]["code"], 201);
+    assert_eq!(hooked["requestObject"]["data"]["a"], "b");
+    let hooked = complete(&posted, "list", "secrets", "");
+    assert_eq!(hooked["user"]["username"], "bob");
+    assert_eq!(hooked["responseStatus"]["code"], 403);
+}
+
+/// An audit webhook receiver on a loopback port: plain HTTP/1.1, one request per connection
+/// (rkube's webhook client opens one per POST), every body kept.
+struct Receiver {
+    port: u16,
+    bodies: std::sync::Arc<std::sync::Mutex<Vec<Value>>>,
+}
+
+impl Receiver {
+    fn start() -> Receiver {
+        use std::io::{BufRead, BufReader, Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().unwrap().port();
+        let bodies = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let kept = bodies.clone();
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(conn) = conn else { continue };
+                let mut reader = BufReader::new(conn);
+                let mut length = 0;
+                loop {
+                    let mut line = String::new();
+                    if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                        break;
+                    }
+                    let lower = line.to_ascii_lowercase();
+                    if let Some(v) = lower.strip_prefix("content-length:") {
+                        length = v.trim().parse().unwrap_or(0);
+                    }
+                }
+                let mut body = vec![0; length];
+                if reader.read_exact(&mut body).is_ok() {
+                    if let Ok(v) = serde_json::from_slice(&body) {
+                        kept.lock().unwrap().push(v);
+                    }
+                }
+                let _ = reader.get_mut().write_all(
+                    b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                );
+            }
+        });
+        Receiver { port, bodies }
+    }
+
+    fn kubeconfig(&self) -> String {
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: sink\n  cluster:\n    server: http://127.0.0.1:{}/audit\ncontexts:\n- name: sink\n  context: {{cluster: sink, user: sink}}\nusers:\n- name: sink\n  user: {{}}\ncurrent-context: sink\n",
+            self.port
+        )
+    }
+
+    fn lists(&self) -> Vec<Value> {
+        self.bodies.lock().unwrap().clone()
+    }
+
+    fn events(&self) -> Vec<Value> {
+        self.lists()
+            .iter()
+            .flat_map(|l| l["items"].as_array().cloned().unwrap_or_default())
+            .collect()
+    }
 }
 
 #[test]

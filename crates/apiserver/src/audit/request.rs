@@ -18,8 +18,8 @@ use http::{HeaderMap, HeaderValue, Request, Response};
 use http_body_util::BodyExt;
 
 use super::event::{Event, ObjectRef, ResponseStatus, User};
-use super::log::LogBackend;
 use super::policy::{Attributes, Level, Policy, ResourceAttributes, Stage, Stages};
+use super::Backends;
 use crate::authn::UserInfo;
 use crate::request::{self, Query, Target};
 use crate::response::{self, Body};
@@ -45,7 +45,7 @@ pub struct RequestAudit {
 }
 
 struct Pending {
-    backend: Arc<LogBackend>,
+    backend: Arc<Backends>,
     event: Event,
     omit: Stages,
     long_running: bool,

@@ -5,7 +5,8 @@ use http::StatusCode;
 use serde_json::Value;
 
 use super::*;
-use crate::audit::Auditor;
+use crate::audit::log::LogBackend;
+use crate::audit::{Auditor, Backend};
 
 const POLICY: &str = r#"
 apiVersion: audit.k8s.io/v1
@@ -27,7 +28,7 @@ fn auditor() -> (Auditor, Receiver<Event>) {
     let (backend, rx) = LogBackend::in_memory(100);
     let auditor = Auditor {
         policy: Policy::parse(POLICY.as_bytes()).unwrap(),
-        backend: Arc::new(backend),
+        backend: Arc::new(Backends::new(vec![Backend::Log(backend)])),
     };
     (auditor, rx)
 }

@@ -107,6 +107,10 @@ pub struct Config {
     /// `--encryption-provider-config`: an EncryptionConfiguration saying which resources are
     /// encrypted in storage, and how (see [`encryption`]).
     pub encryption_provider_config: Option<PathBuf>,
+    /// `--encryption-provider-config-automatic-reload`: the file is read again every
+    /// `encryption_reload_interval` and a valid change applied (see [`encryption::reload`]).
+    pub encryption_provider_config_automatic_reload: bool,
+    pub encryption_reload_interval: Duration,
     /// `--request-timeout`: the longest a request that is not long-running may take (see
     /// [`timeout`]).
     pub request_timeout: Duration,
@@ -141,6 +145,8 @@ impl Config {
             enable_priority_and_fairness: true,
             audit: None,
             encryption_provider_config: None,
+            encryption_provider_config_automatic_reload: false,
+            encryption_reload_interval: encryption::reload::DEFAULT_INTERVAL,
             request_timeout: timeout::DEFAULT_REQUEST_TIMEOUT,
             max_watches_per_user: watchlimit::DEFAULT_MAX_WATCHES_PER_USER,
         }

@@ -539,6 +539,9 @@ async fn route(
             if let Some(auditor) = &api.audit {
                 text.push_str(&auditor.metrics());
             }
+            if let Some(encryption) = &api.encryption {
+                text.push_str(&encryption.metrics_text());
+            }
             if let Some(apf) = &api.flowcontrol {
                 text.push_str(&apf.metrics_text());
             }

@@ -78,6 +78,13 @@ pub struct ServeArgs {
     /// encrypted in storage and with which providers (identity, aescbc, aesgcm, secretbox).
     #[arg(long)]
     encryption_provider_config: Option<PathBuf>,
+    /// Read --encryption-provider-config again every minute and apply a valid change without a
+    /// restart (an invalid one is logged and the running providers kept).
+    #[arg(long)]
+    encryption_provider_config_automatic_reload: bool,
+    /// How often the automatic reload reads the file (upstream: fixed at one minute; for tests).
+    #[arg(long, default_value = "1m", value_parser = parse_duration, hide = true)]
+    encryption_provider_config_automatic_reload_interval: Duration,
     /// Audit policy (audit.k8s.io/v1 Policy, YAML or JSON); with --audit-log-path, the requests it
     /// selects are audited.
     #[arg(long)]
@@ -301,6 +308,10 @@ impl ServeArgs {
         config.enable_admission_plugins = self.enable_admission_plugins.clone();
         config.disable_admission_plugins = self.disable_admission_plugins.clone();
         config.encryption_provider_config = self.encryption_provider_config.clone();
+        config.encryption_provider_config_automatic_reload =
+            self.encryption_provider_config_automatic_reload;
+        config.encryption_reload_interval =
+            self.encryption_provider_config_automatic_reload_interval;
         config.audit = self.audit_config();
         config.service_account_issuer = self.service_account_issuer.clone();
         config.api_audiences = self.api_audiences.clone();

@@ -3,6 +3,9 @@
 //! back as plaintext through the API; ConfigMaps, not in the file, stay plaintext. After a key
 //! rotation (key2 first, key1 second) old Secrets still read, and `kubectl replace` of unchanged
 //! Secrets rewrites them with key2, as upstream's documented rotation. A bad file stops the start.
+//! With `--encryption-provider-config-automatic-reload` the same rotation needs no restart: the
+//! edited file is picked up while running (an invalid edit is refused and counted), and after
+//! key1 is dropped the rewritten Secret still reads and is stored with key2.
 
 mod support;
 
@@ -248,3 +251,79 @@ resources:
 }
 
 on_both_backends!(encrypts_secrets);
+
+/// The reload counter of `status` in `/metrics`.
+fn reloads(c: &Cluster, status: &str) -> u64 {
+    let metrics = c.kubectl(&["get", "--raw", "/metrics"]);
+    metrics
+        .lines()
+        .find(|l| {
+            l.starts_with("apiserver_encryption_config_controller_automatic_reloads_total{")
+                && l.contains(&format!("status=\"{status}\""))
+        })
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+fn wait_for_reloads(c: &Cluster, status: &str, n: u64) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while reloads(c, status) < n {
+        assert!(
+            Instant::now() < deadline,
+            "the encryption config was never reloaded ({status} {n})"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn keys_rotate_without_a_restart() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("encryption.yaml");
+    write_config(&config, &[("key1", KEY1)]);
+    let mut args = support::API_ONLY.to_vec();
+    args.extend([
+        "--encryption-provider-config",
+        config.to_str().expect("utf-8 path"),
+        "--encryption-provider-config-automatic-reload",
+        "--encryption-provider-config-automatic-reload-interval",
+        "200ms",
+    ]);
+    let mut c = Cluster::start_in(dir, Backend::Sqlite, &args);
+    c.kubectl(&[
+        "create",
+        "secret",
+        "generic",
+        "s",
+        &format!("--from-literal=password={CANARY}"),
+    ]);
+
+    // key2 first: picked up while running, key1's value still reads.
+    write_config(&config, &[("key2", KEY2), ("key1", KEY1)]);
+    wait_for_reloads(&c, "success", 1);
+    assert_eq!(secret_value(&c), CANARY_B64);
+    let rv = resource_version(&c);
+    replace_secret(&c);
+    assert_ne!(resource_version(&c), rv, "the key1 value is rewritten");
+
+    // An invalid edit is refused; the running providers stay.
+    std::fs::write(
+        &config,
+        "apiVersion: apiserver.config.k8s.io/v1\nkind: Nope\n",
+    )
+    .unwrap();
+    wait_for_reloads(&c, "failure", 1);
+    assert_eq!(secret_value(&c), CANARY_B64);
+
+    // key1 dropped: the Secret reads only if the replace stored it with key2.
+    write_config(&config, &[("key2", KEY2)]);
+    wait_for_reloads(&c, "success", 2);
+    assert_eq!(secret_value(&c), CANARY_B64, "read with key2 alone");
+
+    let values = Raw::Sqlite.values(&mut c, &["/secrets/default/s"]);
+    assert!(
+        values[0].starts_with(b"k8s:enc:aescbc:v1:key2:"),
+        "stored secret: {:?}",
+        String::from_utf8_lossy(&values[0])
+    );
+}

@@ -7,11 +7,14 @@
 //! format, so an etcd written by upstream with the same file is readable here and the other way
 //! round. [`store::EncryptingStore`] applies them under the store, by key ([`resources`]).
 //!
-//! Not built: `kms` providers (refused at start), reloading the file while running
-//! (`--encryption-provider-config-automatic-reload`), the transformation metrics.
+//! With `--encryption-provider-config-automatic-reload` the file is polled and a valid change
+//! replaces the providers while running ([`reload`]).
+//!
+//! Not built: `kms` providers (refused at start), the transformation metrics.
 
 pub mod aes;
 pub mod config;
+pub mod reload;
 pub mod resources;
 pub mod secretbox;
 pub mod store;
@@ -53,12 +56,30 @@ pub fn wrap(store: Arc<dyn Store>, config: &Config) -> Result<Wrapped, String> {
     let Some(path) = &config.encryption_provider_config else {
         return Ok((store, None));
     };
+    // What was loaded is what the reload compares with (read once: a change between the two
+    // reads would otherwise be missed).
+    let content = std::fs::read(path).unwrap_or_default();
     let transformers = load(path)?;
     let aad_prefix = match &config.storage {
         StorageConfig::Sqlite => store::DEFAULT_AAD_PREFIX,
         StorageConfig::Etcd { prefix, .. } => prefix.as_str(),
     };
-    let wrapped = Arc::new(EncryptingStore::new(store, transformers, aad_prefix));
+    let mut wrapped = EncryptingStore::new(store, transformers, aad_prefix);
+    if !config.encryption_provider_config_automatic_reload {
+        let wrapped = Arc::new(wrapped);
+        return Ok((wrapped.clone(), Some(wrapped)));
+    }
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let metrics = reload::metrics(&format!("rkube-apiserver-{}", host.trim()));
+    wrapped.reload = Some(metrics.clone());
+    let wrapped = Arc::new(wrapped);
+    reload::spawn(
+        &wrapped,
+        metrics,
+        path.clone(),
+        content,
+        config.encryption_reload_interval,
+    );
     Ok((wrapped.clone(), Some(wrapped)))
 }
 

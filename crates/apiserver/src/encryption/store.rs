@@ -11,7 +11,7 @@
 //! the watch cache loads every resource with one list, and one unreadable Secret must not keep the
 //! whole server from starting. Those bytes are not JSON, so readers skip the object.
 
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -30,11 +30,14 @@ pub const DEFAULT_AAD_PREFIX: &str = "/registry";
 pub struct EncryptingStore {
     inner: Arc<dyn Store>,
     codec: Arc<Codec>,
+    /// The automatic reload's counters, when it runs.
+    pub(super) reload: Option<Arc<super::reload::Metrics>>,
 }
 
 /// What encrypting and decrypting need, shared with watch streams.
 struct Codec {
-    transformers: Transformers,
+    /// Replaced whole by the automatic reload; each value is transformed by one snapshot.
+    transformers: RwLock<Arc<Transformers>>,
     /// Put before a key to make its authenticated data.
     aad_prefix: String,
 }
@@ -54,8 +57,15 @@ impl Codec {
         ))
     }
 
+    fn transformers(&self) -> Arc<Transformers> {
+        self.transformers
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
     fn encrypt(&self, key: &str, value: &Bytes) -> Result<Bytes> {
-        match self.transformers.for_key(key) {
+        match self.transformers().for_key(key) {
             Some(chain) => chain
                 .encrypt(value, &self.aad(key))
                 .map_err(|e| self.error(key, e)),
@@ -69,7 +79,7 @@ impl Codec {
         if stored.is_empty() {
             return Ok((stored.clone(), false));
         }
-        match self.transformers.for_key(key) {
+        match self.transformers().for_key(key) {
             Some(chain) => chain
                 .decrypt(stored, &self.aad(key))
                 .map_err(|e| self.error(key, e)),
@@ -101,17 +111,35 @@ impl EncryptingStore {
         EncryptingStore {
             inner,
             codec: Arc::new(Codec {
-                transformers,
+                transformers: RwLock::new(Arc::new(transformers)),
                 aad_prefix: aad_prefix.trim_end_matches('/').to_string(),
             }),
+            reload: None,
         }
+    }
+
+    /// Puts `transformers` in place for every value written or read from now on (the automatic
+    /// reload). Values already stored keep their form until rewritten.
+    pub fn replace(&self, transformers: Transformers) {
+        *self
+            .codec
+            .transformers
+            .write()
+            .unwrap_or_else(|e| e.into_inner()) = Arc::new(transformers);
+    }
+
+    /// The automatic reload's metrics for `/metrics` (empty when it is off).
+    pub fn metrics_text(&self) -> String {
+        self.reload
+            .as_ref()
+            .map_or_else(String::new, |m| m.render())
     }
 
     /// Whether the value stored at `key` at `mod_revision` is not in the form the first provider
     /// writes (plaintext where a provider encrypts, another provider, a rotated-out key): upstream's
     /// `stale`, which makes an update write even when the object is unchanged.
     pub async fn is_stale(&self, key: &str, mod_revision: Revision) -> bool {
-        if self.codec.transformers.for_key(key).is_none() {
+        if self.codec.transformers().for_key(key).is_none() {
             return false;
         }
         match self.inner.get(key).await {

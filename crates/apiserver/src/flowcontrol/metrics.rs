@@ -41,6 +41,18 @@ pub struct LevelGauges {
     pub executing: usize,
     pub seats: usize,
     pub nominal_limit: usize,
+    /// Limited levels only.
+    pub borrowing: Option<BorrowingGauges>,
+}
+
+/// A limited level's borrowing state (upstream's `SetPriorityLevelConfiguration` and
+/// `NotePriorityLevelConcurrencyAdjustment` gauges).
+pub struct BorrowingGauges {
+    pub lower: usize,
+    pub upper: usize,
+    pub current: usize,
+    pub stats: super::borrowing::SeatDemandStats,
+    pub target: f64,
 }
 
 impl FlowMetrics {
@@ -98,6 +110,66 @@ impl FlowMetrics {
             "Nominal number of execution seats configured for each priority level",
             &|l| l.nominal_limit,
         );
+        let borrowing =
+            |out: &mut String, name: &str, help: &str, value: &dyn Fn(&BorrowingGauges) -> f64| {
+                let _ = writeln!(out, "# HELP apiserver_flowcontrol_{name} {help}");
+                let _ = writeln!(out, "# TYPE apiserver_flowcontrol_{name} gauge");
+                for l in levels {
+                    if let Some(b) = &l.borrowing {
+                        let _ = writeln!(
+                            out,
+                            "apiserver_flowcontrol_{name}{{priority_level=\"{}\"}} {}",
+                            l.name,
+                            value(b)
+                        );
+                    }
+                }
+            };
+        borrowing(
+            &mut out,
+            "lower_limit_seats",
+            "Configured lower bound on number of execution seats available to each priority level",
+            &|b| b.lower as f64,
+        );
+        borrowing(
+            &mut out,
+            "upper_limit_seats",
+            "Configured upper bound on number of execution seats available to each priority level",
+            &|b| b.upper as f64,
+        );
+        borrowing(
+            &mut out,
+            "current_limit_seats",
+            "current derived number of execution seats available to each priority level",
+            &|b| b.current as f64,
+        );
+        borrowing(
+            &mut out,
+            "demand_seats_average",
+            "Time-weighted average, over last adjustment period, of demand_seats",
+            &|b| b.stats.average,
+        );
+        borrowing(
+            &mut out,
+            "demand_seats_stdev",
+            "Time-weighted standard deviation, over last adjustment period, of demand_seats",
+            &|b| b.stats.deviation,
+        );
+        borrowing(
+            &mut out,
+            "demand_seats_high_watermark",
+            "High watermark, over last adjustment period, of demand_seats",
+            &|b| b.stats.high_watermark,
+        );
+        borrowing(
+            &mut out,
+            "demand_seats_smoothed",
+            "Smoothed seat demands",
+            &|b| b.stats.smoothed,
+        );
+        borrowing(&mut out, "target_seats", "Seat allocation targets", &|b| {
+            b.target
+        });
 
         let _ = writeln!(out, "# HELP apiserver_flowcontrol_rejected_requests_total Number of requests rejected by API Priority and Fairness subsystem");
         let _ = writeln!(
@@ -152,10 +224,19 @@ mod tests {
             executing: 1,
             seats: 3,
             nominal_limit: 49,
+            borrowing: Some(BorrowingGauges {
+                lower: 24,
+                upper: 98,
+                current: 60,
+                stats: Default::default(),
+                target: 24.0,
+            }),
         }]);
         for line in [
             "apiserver_flowcontrol_current_inqueue_requests{priority_level=\"global-default\"} 2",
             "apiserver_flowcontrol_current_executing_seats{priority_level=\"global-default\"} 3",
+            "apiserver_flowcontrol_current_limit_seats{priority_level=\"global-default\"} 60",
+            "apiserver_flowcontrol_upper_limit_seats{priority_level=\"global-default\"} 98",
             "apiserver_flowcontrol_rejected_requests_total{flow_schema=\"global-default\",priority_level=\"global-default\",reason=\"queue-full\"} 1",
             "apiserver_flowcontrol_request_wait_duration_seconds_bucket{execute=\"true\",flow_schema=\"global-default\",priority_level=\"global-default\",le=\"0.02\"} 1",
             "apiserver_flowcontrol_request_wait_duration_seconds_bucket{execute=\"true\",flow_schema=\"global-default\",priority_level=\"global-default\",le=\"0.005\"} 0",

@@ -8,13 +8,14 @@
 //! - [`classify`]: the FlowSchema and flow of a request; [`width`]: its seats;
 //!   [`shufflesharding`] and [`queueset`]: fair queuing within a level; [`retryafter`]: the
 //!   `Retry-After` of refusals.
-//! - [`controller`]: the levels' live state; [`filter`]: the request path; [`debug`] and
-//!   [`metrics`]: what it shows.
+//! - [`controller`]: the levels' live state; [`borrowing`]: the limits recomputed from seat
+//!   demand every 10 s; [`filter`]: the request path; [`debug`] and [`metrics`]: what it shows.
 //!
-//! Left out: borrowing between levels (each level has its nominal limit, `lendablePercent` and
-//! `borrowingLimitPercent` are read but not applied), the mutating work estimator's extra seats
-//! for watchers, and the FlowSchema/level status beyond `Dangling`.
+//! Left out: the exempt level's part in borrowing (its nominal share and seat demand; upstream
+//! counts them), the mutating work estimator's extra seats for watchers, and the
+//! FlowSchema/level status beyond `Dangling`.
 
+pub mod borrowing;
 pub mod classify;
 pub mod config;
 pub mod controller;
@@ -56,6 +57,9 @@ pub async fn run(api: Arc<ApiServer>) {
     if let Err(e) = suggested::ensure(&api).await {
         tracing::warn!(error = %e, "cannot create the suggested flow control configuration");
     }
+    if let Some(apf) = &api.flowcontrol {
+        tokio::spawn(rebalance_every_period(Arc::downgrade(&api), apf.clone()));
+    }
     loop {
         let start = api.caches.revision();
         let subscribe = |storage: &str| {
@@ -83,5 +87,20 @@ pub async fn run(api: Arc<ApiServer>) {
             reconcile(&api).await;
         }
         tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+    }
+}
+
+/// Upstream's periodic rebalancing: seat limits follow demand every adjustment period, for as
+/// long as the server lives.
+async fn rebalance_every_period(api: std::sync::Weak<ApiServer>, apf: Arc<Apf>) {
+    let mut tick = tokio::time::interval(borrowing::ADJUSTMENT_PERIOD);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    loop {
+        tick.tick().await;
+        if api.strong_count() == 0 {
+            return;
+        }
+        apf.update_borrowing();
     }
 }

@@ -13,6 +13,7 @@
 
 use std::collections::VecDeque;
 
+use super::borrowing::{DemandIntegrator, DemandPeriod};
 use super::shufflesharding::Dealer;
 
 /// Upstream's `estimatedServiceDuration`, in seconds.
@@ -96,6 +97,8 @@ pub struct QueueSet<T> {
     executing: usize,
     waiting: usize,
     next_id: u64,
+    /// Seats in use plus seats wanted by waiting requests, over time (for borrowing).
+    demand: DemandIntegrator,
 }
 
 impl<T> QueueSet<T> {
@@ -117,6 +120,7 @@ impl<T> QueueSet<T> {
             executing: 0,
             waiting: 0,
             next_id: 0,
+            demand: DemandIntegrator::new(now),
         };
         let rejected = qs.reconfigure(config, concurrency_limit, now);
         debug_assert!(rejected.is_empty());
@@ -158,6 +162,13 @@ impl<T> QueueSet<T> {
     /// Whether nothing runs or waits here.
     pub fn idle(&self) -> bool {
         self.executing == 0 && self.waiting == 0
+    }
+
+    /// The seat demand since the last call (upstream resets the integrator every borrowing
+    /// period).
+    pub fn take_demand(&mut self, now: f64) -> DemandPeriod {
+        self.sync_time(now);
+        self.demand.reset()
     }
 
     /// A new limit or queuing: waiting requests are dealt again into the new queues; those no
@@ -204,17 +215,23 @@ impl<T> QueueSet<T> {
         refused
     }
 
+    /// Called first by every change: what held since the last one is accounted (virtual time,
+    /// seat demand).
     fn sync_time(&mut self, now: f64) {
         let elapsed = (now - self.last_real).max(0.0);
         self.last_real = self.last_real.max(now);
         let mut active = 0usize;
         let mut wanted = 0usize;
+        let mut waiting_seats = 0usize;
         for q in &self.queues {
             wanted += q.seats_in_use + q.waiting_seats;
+            waiting_seats += q.waiting_seats;
             if !q.waiting.is_empty() || q.executing > 0 {
                 active += 1;
             }
         }
+        self.demand
+            .hold((self.seats_in_use + waiting_seats) as f64, now);
         if active > 0 {
             let rate = wanted.min(self.concurrency_limit) as f64 / active as f64;
             self.virtual_now += rate * elapsed;

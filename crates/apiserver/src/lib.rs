@@ -14,6 +14,7 @@ pub mod authn;
 pub mod authz;
 pub mod bootstrap;
 pub mod certs;
+pub mod conn_limits;
 pub mod connect;
 pub mod crd;
 pub mod discovery;
@@ -33,7 +34,9 @@ pub mod response;
 pub mod rest;
 pub mod selectable;
 pub mod server;
+pub mod serving;
 pub mod serviceaccount;
+pub mod shutdown;
 pub mod timeout;
 pub mod watch_cache;
 pub mod watchlimit;
@@ -116,6 +119,11 @@ pub struct Config {
     pub request_timeout: Duration,
     /// `--max-watches-per-user` (0: no limit; see [`watchlimit`]).
     pub max_watches_per_user: usize,
+    /// Connection limits and timeouts, HTTP/2 streams (see [`serving`]).
+    pub serving: serving::ServingOptions,
+    /// `--shutdown-delay-duration` and `--shutdown-watch-termination-grace-period` (see
+    /// [`shutdown`]).
+    pub shutdown: shutdown::ShutdownOptions,
 }
 
 impl Config {
@@ -149,6 +157,8 @@ impl Config {
             encryption_reload_interval: encryption::reload::DEFAULT_INTERVAL,
             request_timeout: timeout::DEFAULT_REQUEST_TIMEOUT,
             max_watches_per_user: watchlimit::DEFAULT_MAX_WATCHES_PER_USER,
+            serving: Default::default(),
+            shutdown: Default::default(),
         }
     }
 }
@@ -195,6 +205,10 @@ pub struct ApiServer {
     pub request_timeout: Duration,
     /// Open watches per user (see [`watchlimit`]).
     pub watches: Arc<watchlimit::WatchLimits>,
+    /// Open watches, ended when the server shuts down.
+    pub watch_terminator: Arc<shutdown::WatchTerminator>,
+    /// See [`Config::shutdown`].
+    pub shutdown: shutdown::ShutdownOptions,
 }
 
 impl ApiServer {
@@ -345,6 +359,8 @@ pub async fn start_with_metrics(
         encryption,
         request_timeout: config.request_timeout,
         watches: watchlimit::WatchLimits::new(config.max_watches_per_user),
+        watch_terminator: Default::default(),
+        shutdown: config.shutdown,
     });
     let current = store.current_revision().await.map_err(|e| e.to_string())?;
     tokio::spawn(caches.clone().run(store.clone()));
@@ -371,7 +387,7 @@ pub async fn start_with_metrics(
     let url = format!("https://{client_host}:{}", local.port());
     let kubeconfig = config.data_dir.join("admin.kubeconfig");
     certs::write_kubeconfig(&kubeconfig, &certs::admin_kubeconfig(&pki, &url))?;
-    let running = server::serve(api, listener, &pki, compactor).await?;
+    let running = server::serve(api, listener, &pki, compactor, &config.serving).await?;
     tracing::info!(%url, kubeconfig = %kubeconfig.display(), "rkube API server ready");
     Ok(running)
 }

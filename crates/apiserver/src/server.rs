@@ -11,7 +11,6 @@ use bytes::Bytes;
 use http::{Request, Response, StatusCode};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
-use hyper_util::rt::{TokioExecutor, TokioIo};
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use serde_json::json;
@@ -22,15 +21,17 @@ use crate::certs::Pki;
 use crate::request::{self, Query, Target};
 use crate::response::{self, Body};
 use crate::rest::decode_limit;
+use crate::serving::{self, Phase, ServingOptions};
 use crate::{audit, discovery, ApiServer};
 
 /// A running server: its address, and how to stop it.
 pub struct Running {
     pub addr: SocketAddr,
-    api: Arc<ApiServer>,
-    shutdown: tokio::sync::watch::Sender<bool>,
-    accept: tokio::task::JoinHandle<()>,
-    compactor: tokio::task::JoinHandle<()>,
+    pub(crate) api: Arc<ApiServer>,
+    /// Tells the accept loop and the connections to drain or close (see [`crate::shutdown`]).
+    pub(crate) phase: tokio::sync::watch::Sender<Phase>,
+    pub(crate) accept: tokio::task::JoinHandle<()>,
+    pub(crate) compactor: tokio::task::JoinHandle<()>,
 }
 
 impl Running {
@@ -51,11 +52,12 @@ impl Running {
         let _ = self.accept.await;
     }
 
-    /// Stops serving: no new connections, open ones (watches included) are closed, background work
-    /// stops and the store is closed, releasing its files, so the data dir can be opened again.
+    /// Stops serving at once: no new connections, open ones (watches included) are closed,
+    /// background work stops and the store is closed, releasing its files, so the data dir can be
+    /// opened again. [`Running::graceful_shutdown`] is the way a process stops.
     pub async fn shutdown(self) {
         self.api.health.begin_shutdown();
-        self.shutdown.send_replace(true);
+        self.phase.send_replace(Phase::Closing);
         self.compactor.abort();
         let _ = self.accept.await;
         self.api.store.close().await;
@@ -106,71 +108,30 @@ pub async fn serve(
     listener: TcpListener,
     pki: &Pki,
     compactor: tokio::task::JoinHandle<()>,
+    options: &ServingOptions,
 ) -> Result<Running, String> {
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls_config(pki)?));
-    let (shutdown, mut stop) = tokio::sync::watch::channel(false);
-    let running_api = api.clone();
-    let accept = tokio::spawn(async move {
-        // Connection tasks are owned here, so that stopping the server closes them all.
-        let mut connections = tokio::task::JoinSet::new();
-        loop {
-            let (tcp, peer) = tokio::select! {
-                accepted = listener.accept() => match accepted {
-                    Ok(a) => a,
-                    Err(e) => {
-                        tracing::warn!(error = %e, "accept failed");
-                        continue;
-                    }
-                },
-                Some(_) = connections.join_next(), if !connections.is_empty() => continue,
-                _ = stop.wait_for(|s| *s) => break,
-            };
-            let _ = tcp.set_nodelay(true);
-            let (acceptor, api) = (acceptor.clone(), api.clone());
-            connections.spawn(async move {
-                let tls = match acceptor.accept(tcp).await {
-                    Ok(tls) => tls,
-                    Err(e) => {
-                        tracing::debug!(%peer, error = %e, "TLS handshake failed");
-                        return;
-                    }
-                };
-                let cert_user = tls
-                    .get_ref()
-                    .1
-                    .peer_certificates()
-                    .and_then(|certs| certs.first())
-                    .and_then(authn::user_from_certificate);
-                let service = hyper::service::service_fn(move |req| {
-                    let (api, cert_user) = (api.clone(), cert_user.clone());
-                    async move {
-                        let what = format!("{} {}", req.method(), req.uri().path());
-                        let handled = handle(&api, cert_user, peer, req);
-                        Ok::<_, std::convert::Infallible>(recover_panics(handled, &what).await)
-                    }
-                });
-                let mut builder =
-                    hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
-                // Clients multiplex many watches over one HTTP/2 connection; hyper-based clients queue
-                // streams past the limit instead of opening a new connection, so keep it generous.
-                builder.http2().max_concurrent_streams(1000);
-                // Upgrades: exec, attach, port-forward and proxied WebSockets switch protocols.
-                if let Err(e) = builder
-                    .serve_connection_with_upgrades(TokioIo::new(tls), service)
-                    .await
-                {
-                    tracing::debug!(%peer, error = %e, "connection ended with an error");
-                }
-            });
-        }
-        connections.abort_all();
-        while connections.join_next().await.is_some() {}
+    let (phase, phase_rx) = tokio::sync::watch::channel(Phase::Serving);
+    let handler_api = api.clone();
+    let handler: serving::Handler = Arc::new(move |cert_user, peer, req: Request<Incoming>| {
+        let api = handler_api.clone();
+        Box::pin(async move {
+            let what = format!("{} {}", req.method(), req.uri().path());
+            recover_panics(handle(&api, cert_user, peer, req), &what).await
+        })
     });
+    let accept = tokio::spawn(serving::accept_loop(
+        listener,
+        acceptor,
+        options.clone(),
+        handler,
+        phase_rx,
+    ));
     Ok(Running {
         addr,
-        api: running_api,
-        shutdown,
+        api,
+        phase,
         accept,
         compactor,
     })
@@ -372,9 +333,12 @@ async fn handle_authenticated(
             }
         };
     let limit = decode_limit();
-    let body = match read_body(body, limit).await {
-        Ok(body) => body,
-        Err(e) => return response::error_response(&e),
+    // A client trickling its body (a byte a minute) holds its seats and a task no longer than a
+    // request may take; upstream's request deadline covers the body read the same way.
+    let body = match tokio::time::timeout(api.request_timeout, read_body(body, limit)).await {
+        Ok(Ok(body)) => body,
+        Ok(Err(e)) => return response::error_response(&e),
+        Err(_) => return response::error_response(&crate::timeout::timed_out()),
     };
     if let Some(audit) = audit.as_mut() {
         audit.request_body(&body);
@@ -387,7 +351,8 @@ async fn handle_authenticated(
             Err(e) => response::error_response(&e),
             Ok(seat) => match route(api, &user, &target, &path, &query, &parts.headers, body).await
             {
-                Ok(resp) => hold_while_streaming(resp, seat),
+                // Ended cleanly, between two events, when the server shuts down.
+                Ok(resp) => hold_while_streaming(api.watch_terminator.terminable(resp), seat),
                 Err(e) => response::error_response(&e),
             },
         }

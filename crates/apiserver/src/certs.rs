@@ -143,6 +143,32 @@ pub fn ensure(data_dir: &Path, hosts: &[String]) -> Result<Pki, PkiError> {
     })
 }
 
+/// Replaces the generated credentials with the operator's files (upstream's `--client-ca-file`,
+/// `--tls-cert-file` and `--tls-private-key-file`): the CA bundle client certificates are verified
+/// against, and the serving certificate with its key (both or neither).
+pub fn use_files(
+    pki: &mut Pki,
+    client_ca: Option<&Path>,
+    serving_cert: Option<&Path>,
+    serving_key: Option<&Path>,
+) -> Result<(), String> {
+    let read = |flag: &str, p: &Path| {
+        std::fs::read_to_string(p).map_err(|e| format!("{flag} {}: {e}", p.display()))
+    };
+    if let Some(p) = client_ca {
+        pki.ca_cert = read("--client-ca-file", p)?;
+    }
+    match (serving_cert, serving_key) {
+        (Some(c), Some(k)) => {
+            pki.serving_cert = read("--tls-cert-file", c)?;
+            pki.serving_key = read("--tls-private-key-file", k)?;
+        }
+        (None, None) => {}
+        _ => return Err("--tls-cert-file and --tls-private-key-file go together".into()),
+    }
+    Ok(())
+}
+
 /// A serving certificate for `names` (DNS names or IP addresses) signed by the cluster CA of
 /// `<data_dir>/pki` (made by [`ensure`]): what `rkube server` gives its local kubelet, so that the
 /// kubelet can be verified with `--kubelet-certificate-authority <data-dir>/pki/ca.crt`.
@@ -279,5 +305,29 @@ mod tests {
         );
         let kubeconfig = admin_kubeconfig(&first, "https://127.0.0.1:6443");
         assert!(kubeconfig.contains("server: https://127.0.0.1:6443"));
+    }
+
+    #[test]
+    fn operator_files_replace_the_generated_credentials() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut pki = ensure(dir.path(), &[]).unwrap();
+        let generated = pki.clone();
+        let ca = dir.path().join("pki/ca.crt");
+        assert!(
+            use_files(&mut pki, None, Some(&ca), None).is_err(),
+            "cert without key"
+        );
+        let (cert, key) = (dir.path().join("c.pem"), dir.path().join("k.pem"));
+        std::fs::write(&cert, "CERT").unwrap();
+        std::fs::write(&key, "KEY").unwrap();
+        use_files(&mut pki, Some(&cert), Some(&cert), Some(&key)).unwrap();
+        assert_eq!(
+            (pki.ca_cert.as_str(), pki.serving_key.as_str()),
+            ("CERT", "KEY")
+        );
+        assert_eq!(pki.admin_cert, generated.admin_cert);
+        let missing = dir.path().join("none.pem");
+        let err = use_files(&mut pki, Some(&missing), None, None).unwrap_err();
+        assert!(err.starts_with("--client-ca-file"), "{err}");
     }
 }

@@ -19,9 +19,11 @@ pub mod connect;
 pub mod crd;
 pub mod discovery;
 pub mod encryption;
+pub mod endpoint_reconciler;
 pub mod filter;
 pub mod flowcontrol;
 pub mod healthz;
+pub mod identity;
 pub mod internal;
 pub mod kubelet_client;
 pub mod maxinflight;
@@ -34,8 +36,8 @@ pub mod response;
 pub mod rest;
 pub mod selectable;
 pub mod server;
-pub mod serving;
 pub mod serviceaccount;
+pub mod serving;
 pub mod shutdown;
 pub mod timeout;
 pub mod watch_cache;
@@ -124,6 +126,23 @@ pub struct Config {
     /// `--shutdown-delay-duration` and `--shutdown-watch-termination-grace-period` (see
     /// [`shutdown`]).
     pub shutdown: shutdown::ShutdownOptions,
+    /// `--service-node-port-range`: the ports NodePort Services get, both ends included.
+    pub service_node_port_range: (u16, u16),
+    /// `--advertise-address`: where the other API servers and the cluster reach this one (the
+    /// `kubernetes` endpoints, the identity Lease); also named in the serving certificate.
+    pub advertise_address: Option<IpAddr>,
+    /// `--tls-cert-file` and `--tls-private-key-file`: the serving certificate and key (PEM) instead
+    /// of one issued by the generated CA.
+    pub tls_cert_file: Option<PathBuf>,
+    pub tls_private_key_file: Option<PathBuf>,
+    /// `--client-ca-file`: the CA bundle client certificates must chain to, instead of the generated
+    /// CA.
+    pub client_ca_file: Option<PathBuf>,
+    /// The API server identity Lease ([`identity`]); `None`: off.
+    pub identity_lease: Option<identity::IdentityConfig>,
+    /// The lease endpoint reconciler ([`endpoint_reconciler`]); `None`: upstream's
+    /// `--endpoint-reconciler-type=none`.
+    pub endpoint_reconciler: Option<endpoint_reconciler::ReconcilerConfig>,
 }
 
 impl Config {
@@ -159,6 +178,13 @@ impl Config {
             max_watches_per_user: watchlimit::DEFAULT_MAX_WATCHES_PER_USER,
             serving: Default::default(),
             shutdown: Default::default(),
+            service_node_port_range: (30000, 32767),
+            advertise_address: None,
+            tls_cert_file: None,
+            tls_private_key_file: None,
+            client_ca_file: None,
+            identity_lease: None,
+            endpoint_reconciler: None,
         }
     }
 }
@@ -253,6 +279,17 @@ pub async fn start_with_metrics(
     config: Config,
     extra_metrics: Option<metrics::ExtraMetrics>,
 ) -> Result<Running, String> {
+    start_member(config, extra_metrics)
+        .await
+        .map(|(running, _)| running)
+}
+
+/// As [`start_with_metrics`], also returning this server's endpoint reconciler when it runs one
+/// ([`Config::endpoint_reconciler`]), to leave the `kubernetes` endpoints when stopping.
+pub async fn start_member(
+    config: Config,
+    extra_metrics: Option<metrics::ExtraMetrics>,
+) -> Result<(Running, Option<endpoint_reconciler::Handle>), String> {
     std::fs::create_dir_all(&config.data_dir)
         .map_err(|e| format!("cannot create data dir {}: {e}", config.data_dir.display()))?;
     // First, so that a bad policy stops the start before anything else is opened.
@@ -310,8 +347,17 @@ pub async fn start_with_metrics(
         IpAddr::V6(a) => format!("[{a}]"),
         a => a.to_string(),
     };
-    let pki = certs::ensure(&config.data_dir, &[config.bind_address.to_string()])
-        .map_err(|e| e.to_string())?;
+    let mut hosts = vec![config.bind_address.to_string()];
+    hosts.extend(config.advertise_address.map(|a| a.to_string()));
+    let mut pki = certs::ensure(&config.data_dir, &hosts).map_err(|e| e.to_string())?;
+    // The cluster's own credentials are only known to work when the generated CA issued them.
+    let own_credentials = config.client_ca_file.is_none() && config.tls_cert_file.is_none();
+    certs::use_files(
+        &mut pki,
+        config.client_ca_file.as_deref(),
+        config.tls_cert_file.as_deref(),
+        config.tls_private_key_file.as_deref(),
+    )?;
     let kubelet = kubelet_client::KubeletClient::new(
         &config.kubelet,
         (&pki.kubelet_client_cert, &pki.kubelet_client_key),
@@ -330,7 +376,8 @@ pub async fn start_with_metrics(
         enable_bootstrap_token_auth: config.enable_bootstrap_token_auth,
         authorizer: authz::Authorizer::new(config.authorization_mode),
         service_accounts,
-        services: allocator::ServiceAllocator::new(&config.service_cluster_ip_range)?,
+        services: allocator::ServiceAllocator::new(&config.service_cluster_ip_range)?
+            .with_node_port_range(config.service_node_port_range)?,
         secure_port: local.port(),
         server_address: format!("{client_host}:{}", local.port()),
         bookmark_interval: config.bookmark_interval,
@@ -384,10 +431,40 @@ pub async fn start_with_metrics(
         )
     };
 
+    // What other servers and the cluster know this one by: the advertised address, else the bound
+    // one (an unspecified bind address advertises nothing: no identity or endpoint to name).
+    let advertised = config
+        .advertise_address
+        .or(Some(config.bind_address).filter(|a| !a.is_unspecified()));
+    if let Some(identity_config) = &config.identity_lease {
+        let me = advertised.map_or_else(|| client_host.clone(), |a| a.to_string());
+        let name = identity::lease_name(&identity::hostname(), &format!("{me}:{}", local.port()));
+        tokio::spawn(identity::run(api.clone(), identity_config.clone(), name));
+    }
+    let reconciler = match (&config.endpoint_reconciler, advertised) {
+        (Some(r), Some(ip)) if !ip.is_loopback() => Some(endpoint_reconciler::start(
+            api.clone(),
+            r.clone(),
+            ip,
+            local.port(),
+        )),
+        (Some(_), _) => {
+            // Endpoints validation refuses loopback addresses (as upstream, whose reconciler then
+            // fails on every pass): say so once rather than fail every 10 s.
+            tracing::warn!(
+                "the kubernetes endpoints are not reconciled: set --advertise-address to an address other servers and pods can reach (not loopback)"
+            );
+            None
+        }
+        (None, _) => None,
+    };
+
     let url = format!("https://{client_host}:{}", local.port());
     let kubeconfig = config.data_dir.join("admin.kubeconfig");
-    certs::write_kubeconfig(&kubeconfig, &certs::admin_kubeconfig(&pki, &url))?;
+    if own_credentials {
+        certs::write_kubeconfig(&kubeconfig, &certs::admin_kubeconfig(&pki, &url))?;
+    }
     let running = server::serve(api, listener, &pki, compactor, &config.serving).await?;
     tracing::info!(%url, kubeconfig = %kubeconfig.display(), "rkube API server ready");
-    Ok(running)
+    Ok((running, reconciler))
 }

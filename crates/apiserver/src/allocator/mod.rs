@@ -264,6 +264,19 @@ impl ServiceAllocator {
         })
     }
 
+    /// `--service-node-port-range` (`lo`-`hi`, both included) instead of upstream's default
+    /// 30000-32767.
+    pub fn with_node_port_range(
+        mut self,
+        (lo, hi): (u16, u16),
+    ) -> Result<ServiceAllocator, String> {
+        if lo == 0 || lo > hi {
+            return Err(format!("invalid service node port range {lo}-{hi}"));
+        }
+        self.node_ports = nodeports::NodePorts::new(lo, hi);
+        Ok(self)
+    }
+
     /// The first usable address: the `kubernetes` Service's ClusterIP.
     pub fn first_ip(&self) -> String {
         self.default_cidr
@@ -536,6 +549,18 @@ fn random_below(n: u128) -> u128 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn node_port_range_is_checked() {
+        let make = |r| {
+            ServiceAllocator::new("10.96.0.0/12")
+                .unwrap()
+                .with_node_port_range(r)
+        };
+        assert!(make((31000, 31999)).is_ok());
+        assert!(make((32000, 31000)).is_err());
+        assert!(make((0, 100)).is_err());
+    }
 
     #[test]
     fn service_cidr_readiness() {

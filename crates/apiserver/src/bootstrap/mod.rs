@@ -1,6 +1,7 @@
 //! What exists after start (upstream's `bootstrap-controller`, system namespaces and the
 //! `rbac/bootstrap-roles` post-start hook): the `default`, `kube-system`, `kube-public` and
-//! `kube-node-lease` namespaces, the `kubernetes` Service in `default`, and the default ClusterRoles and
+//! `kube-node-lease` namespaces, the `kubernetes` Service in `default`, the two system PriorityClasses
+//! (`scheduling/bootstrap-system-priority-classes`), and the default ClusterRoles and
 //! ClusterRoleBindings ([`rbac`]), created through the same REST path as any client's objects, so they
 //! get the same defaults.
 
@@ -16,10 +17,40 @@ use crate::ApiServer;
 pub const SYSTEM_NAMESPACES: &[&str] =
     &["default", "kube-system", "kube-public", "kube-node-lease"];
 
+/// Upstream's `scheduling.SystemPriorityClasses`: name, value, description.
+const SYSTEM_PRIORITY_CLASSES: &[(&str, i64, &str)] = &[
+    (
+        "system-node-critical",
+        2_000_001_000,
+        "Used for system critical pods that must not be moved from their current node.",
+    ),
+    (
+        "system-cluster-critical",
+        2_000_000_000,
+        "Used for system critical pods that must run in the cluster, but can be moved to another node if necessary.",
+    ),
+];
+
 pub async fn ensure_defaults(api: &Arc<ApiServer>) -> Result<(), String> {
     for ns in SYSTEM_NAMESPACES {
         let obj = json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}});
         create_if_missing(api, ("", "v1", "namespaces"), None, obj).await?;
+    }
+    for (name, value, description) in SYSTEM_PRIORITY_CLASSES {
+        let obj = json!({
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {"name": name},
+            "value": value,
+            "description": description,
+        });
+        create_if_missing(
+            api,
+            ("scheduling.k8s.io", "v1", "priorityclasses"),
+            None,
+            obj,
+        )
+        .await?;
     }
     crate::allocator::default_cidr::start(api).await?;
     let svc = json!({

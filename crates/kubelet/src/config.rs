@@ -58,6 +58,11 @@ pub struct KubeletConfig {
     pub pleg_period: Duration,
     /// The sandbox image, which image GC never removes.
     pub pod_infra_image: String,
+    /// `--allowed-unsafe-sysctls`: sysctls (or `prefix*`) pods may set beyond the safe set; each must
+    /// be namespaced.
+    pub allowed_unsafe_sysctls: Vec<String>,
+    /// `--seccomp-default`: containers without a seccomp profile get RuntimeDefault, not Unconfined.
+    pub seccomp_default: bool,
 }
 
 impl KubeletConfig {
@@ -93,7 +98,14 @@ impl KubeletConfig {
             max_dead_per_container: 1,
             pleg_period: Duration::from_secs(1),
             pod_infra_image: crate::containerd::DEFAULT_SANDBOX_IMAGE.into(),
+            allowed_unsafe_sysctls: Vec::new(),
+            seccomp_default: false,
         }
+    }
+
+    /// Where Localhost seccomp profiles are (`<root>/seccomp`, upstream's `seccompProfileRoot`).
+    pub fn seccomp_root(&self) -> PathBuf {
+        self.root_dir.join("seccomp")
     }
 
     /// The directory of a pod's volumes and data (`<root>/pods/<uid>`).

@@ -1,14 +1,104 @@
-//! Container environment (upstream `kubelet_pods.go` `makeEnvironmentVariables`, `fieldpath` and
-//! `third_party/forked/golang/expansion`): `envFrom` sources in order, then `env` (later names win), with
-//! `$(VAR)` references expanded against what is defined so far; values from the downward API
-//! (`fieldRef`, `resourceFieldRef`) and from ConfigMaps and Secrets (fetched by the caller).
-//!
-//! Difference: Service environment variables (`enableServiceLinks`, `KUBERNETES_SERVICE_HOST`) are not
-//! added.
+//! Container environment (upstream `kubelet_pods.go` `makeEnvironmentVariables`, `fieldpath`,
+//! `pkg/kubelet/envvars` and `third_party/forked/golang/expansion`): `envFrom` sources in order, then
+//! `env` (later names win), with `$(VAR)` references expanded against what is defined so far and then
+//! the Service variables; values from the downward API (`fieldRef`, `resourceFieldRef`) and from
+//! ConfigMaps and Secrets (fetched by the caller); then the Service variables not already defined.
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Container, Pod};
+use k8s_openapi::api::core::v1::{Container, Pod, Service};
+
+/// upstream `makeEnvVariableName`: `my-svc` -> `MY_SVC`.
+fn env_name(s: &str) -> String {
+    s.replace('-', "_").to_uppercase()
+}
+
+fn service_ip_set(s: &Service) -> bool {
+    s.spec
+        .as_ref()
+        .and_then(|s| s.cluster_ip.as_deref())
+        .is_some_and(|ip| !ip.is_empty() && ip != "None")
+}
+
+/// The Services whose variables a pod in `namespace` gets (upstream `getServiceEnvVarMap`): the
+/// `kubernetes` Service of `default` always; with `enableServiceLinks`, every Service of the pod's
+/// namespace (which wins over `default/kubernetes` for the name `kubernetes`). Headless Services and
+/// Services without a cluster IP give none. Sorted by name.
+pub fn services_for_pod<'a>(
+    services: impl IntoIterator<Item = &'a Service>,
+    namespace: &str,
+    enable_service_links: bool,
+) -> Vec<&'a Service> {
+    let mut by_name: BTreeMap<String, &Service> = BTreeMap::new();
+    let mut own: Vec<&Service> = Vec::new();
+    for s in services {
+        if !service_ip_set(s) {
+            continue;
+        }
+        let name = s.metadata.name.clone().unwrap_or_default();
+        let ns = s.metadata.namespace.as_deref().unwrap_or("");
+        if ns == "default" && name == "kubernetes" {
+            by_name.entry(name).or_insert(s);
+        } else if ns == namespace && enable_service_links {
+            own.push(s);
+        }
+    }
+    for s in own {
+        by_name.insert(s.metadata.name.clone().unwrap_or_default(), s);
+    }
+    by_name.into_values().collect()
+}
+
+/// A Service's variables (upstream `envvars.FromServices`): `<NAME>_SERVICE_HOST`,
+/// `<NAME>_SERVICE_PORT` (the first port) and `<NAME>_SERVICE_PORT_<PORT NAME>` for named ports, then
+/// the Docker link variables: `<NAME>_PORT` (the first port's URL) and for each port
+/// `<NAME>_PORT_<port>_<PROTO>` with `_PROTO`, `_PORT`, `_ADDR`.
+pub fn service_env(services: &[&Service]) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for s in services {
+        let Some(spec) = s.spec.as_ref() else {
+            continue;
+        };
+        let Some(ip) = spec.cluster_ip.as_deref().filter(|_| service_ip_set(s)) else {
+            continue;
+        };
+        let ports = spec.ports.as_deref().unwrap_or(&[]);
+        // Validation gives a Service with a cluster IP at least one port; one without has no variables.
+        let Some(first) = ports.first() else {
+            continue;
+        };
+        let prefix = env_name(s.metadata.name.as_deref().unwrap_or(""));
+        out.push((format!("{prefix}_SERVICE_HOST"), ip.to_string()));
+        let port_var = format!("{prefix}_SERVICE_PORT");
+        out.push((port_var.clone(), first.port.to_string()));
+        for p in ports {
+            if let Some(n) = p.name.as_deref().filter(|n| !n.is_empty()) {
+                out.push((format!("{port_var}_{}", env_name(n)), p.port.to_string()));
+            }
+        }
+        let host_port = |port: i32| match ip.parse::<std::net::IpAddr>() {
+            Ok(std::net::IpAddr::V6(_)) => format!("[{ip}]:{port}"),
+            _ => format!("{ip}:{port}"),
+        };
+        for (i, p) in ports.iter().enumerate() {
+            let proto = p
+                .protocol
+                .as_deref()
+                .filter(|p| !p.is_empty())
+                .unwrap_or("TCP");
+            let url = format!("{}://{}", proto.to_lowercase(), host_port(p.port));
+            if i == 0 {
+                out.push((format!("{prefix}_PORT"), url.clone()));
+            }
+            let pp = format!("{prefix}_PORT_{}_{}", p.port, proto.to_uppercase());
+            out.push((pp.clone(), url));
+            out.push((format!("{pp}_PROTO"), proto.to_lowercase()));
+            out.push((format!("{pp}_PORT"), p.port.to_string()));
+            out.push((format!("{pp}_ADDR"), ip.to_string()));
+        }
+    }
+    out
+}
 
 /// Expands `$(NAME)` in `input` from `lookup`; `$$` is a literal `$`; unknown references stay as written
 /// (upstream's `expansion.Expand`).
@@ -162,6 +252,82 @@ mod tests {
         ] {
             assert_eq!(expand(input, &lookup), want, "{input}");
         }
+    }
+
+    #[test]
+    fn service_variables_as_upstream() {
+        let svc = |ns: &str, name: &str, ip: &str, ports: serde_json::Value| -> Service {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name, "namespace": ns},
+                "spec": {"clusterIP": ip, "ports": ports}
+            }))
+            .unwrap()
+        };
+        let all = [
+            svc(
+                "default",
+                "kubernetes",
+                "10.43.0.1",
+                serde_json::json!([{"name": "https", "port": 443}]),
+            ),
+            svc(
+                "ns",
+                "my-svc",
+                "10.43.0.20",
+                serde_json::json!([
+                {"port": 80}, {"name": "dns-udp", "port": 53, "protocol": "UDP"}]),
+            ),
+            svc("ns", "headless", "None", serde_json::json!([{"port": 80}])),
+            svc(
+                "other",
+                "x",
+                "10.43.0.30",
+                serde_json::json!([{"port": 80}]),
+            ),
+        ];
+        let chosen = services_for_pod(&all, "ns", true);
+        let names: Vec<_> = chosen
+            .iter()
+            .map(|s| s.metadata.name.clone().unwrap())
+            .collect();
+        assert_eq!(names, ["kubernetes", "my-svc"]);
+        let env: BTreeMap<String, String> = service_env(&chosen).into_iter().collect();
+        for (k, v) in [
+            ("KUBERNETES_SERVICE_HOST", "10.43.0.1"),
+            ("KUBERNETES_SERVICE_PORT", "443"),
+            ("KUBERNETES_SERVICE_PORT_HTTPS", "443"),
+            ("KUBERNETES_PORT", "tcp://10.43.0.1:443"),
+            ("KUBERNETES_PORT_443_TCP", "tcp://10.43.0.1:443"),
+            ("KUBERNETES_PORT_443_TCP_PROTO", "tcp"),
+            ("KUBERNETES_PORT_443_TCP_PORT", "443"),
+            ("KUBERNETES_PORT_443_TCP_ADDR", "10.43.0.1"),
+            ("MY_SVC_SERVICE_HOST", "10.43.0.20"),
+            ("MY_SVC_SERVICE_PORT", "80"),
+            ("MY_SVC_SERVICE_PORT_DNS_UDP", "53"),
+            ("MY_SVC_PORT", "tcp://10.43.0.20:80"),
+            ("MY_SVC_PORT_53_UDP", "udp://10.43.0.20:53"),
+            ("MY_SVC_PORT_53_UDP_PROTO", "udp"),
+        ] {
+            assert_eq!(env.get(k).map(String::as_str), Some(v), "{k}");
+        }
+        assert_eq!(env.len(), 8 + 12);
+        // Without service links only the API server's Service; a namespace's own `kubernetes` wins.
+        let off = services_for_pod(&all, "ns", false);
+        assert_eq!(off.len(), 1);
+        let shadow = [
+            all[0].clone(),
+            svc(
+                "ns",
+                "kubernetes",
+                "10.43.0.99",
+                serde_json::json!([{"port": 1}]),
+            ),
+        ];
+        let chosen = services_for_pod(&shadow, "ns", true);
+        assert_eq!(
+            chosen[0].spec.as_ref().unwrap().cluster_ip.as_deref(),
+            Some("10.43.0.99")
+        );
     }
 
     #[test]

@@ -49,6 +49,10 @@ pub struct Kubelet {
     pub(crate) wakers: Arc<Mutex<HashMap<String, Arc<Notify>>>>,
     pub(crate) backoff: Mutex<HashMap<String, Backoff>>,
     pub(crate) node_allocatable: BTreeMap<String, String>,
+    /// The sysctls pods may set (safe set + `--allowed-unsafe-sysctls`).
+    pub(crate) sysctls: crate::kuberuntime::admit::SysctlAllowlist,
+    /// The kernel enforces AppArmor (pods that ask for it are refused otherwise).
+    pub(crate) apparmor: bool,
     /// Image ID -> when image GC first saw it unused (upstream's `imageMinimumGCAge`).
     unused_since: Mutex<HashMap<String, Instant>>,
     pod_config: PodConfig,
@@ -86,7 +90,17 @@ impl Kubelet {
             .flatten()
             .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
             .collect();
+        // The flag is checked when the config is made (`rkube kubelet` refuses a bad list); a config
+        // built otherwise falls back to the safe set.
+        let sysctls =
+            crate::kuberuntime::admit::SysctlAllowlist::new(&config.allowed_unsafe_sysctls)
+                .unwrap_or_else(|e| {
+                    tracing::error!(error = %e, "--allowed-unsafe-sysctls ignored");
+                    crate::kuberuntime::admit::SysctlAllowlist::new(&[]).unwrap_or_default()
+                });
         Arc::new(Kubelet {
+            sysctls,
+            apparmor: crate::kuberuntime::admit::apparmor_enabled(),
             probes: ProbeManager::new(
                 runtime.clone(),
                 config.pod_network.clone(),

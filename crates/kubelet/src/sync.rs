@@ -12,7 +12,8 @@ use k8s_openapi::api::core::v1::{Container, LifecycleHandler, ObjectReference, P
 
 use crate::cri::logs;
 use crate::kubelet::{lock, Backoff, Kubelet, BACKOFF_INITIAL, BACKOFF_MAX};
-use crate::kuberuntime::container::{container_config, hosts_file, ContainerContext};
+use crate::kuberuntime::container::{container_config, ContainerContext};
+use crate::kuberuntime::security_context::SecurityOptions;
 use crate::kuberuntime::status::{pod_status, PodRecord, RecordState, StatusInputs};
 use crate::kuberuntime::{self as kr, ImageError};
 use crate::prober::{container_ref, run_probe, Outcome};
@@ -349,14 +350,31 @@ impl Kubelet {
             &uid,
         );
         std::fs::create_dir_all(&log_dir).map_err(|e| format!("{}: {e}", log_dir.display()))?;
-        let config = kr::config::sandbox_config(
+        let seccomp_root = self.config.seccomp_root();
+        let config = match kr::config::sandbox_config(
             pod,
             attempt,
             &log_dir.display().to_string(),
             &self.config.cgroup_root,
             &self.config.cluster_dns,
             &self.config.cluster_domain,
-        );
+            &self.security_options(&seccomp_root),
+        ) {
+            Ok(c) => c,
+            Err(e) => {
+                let msg = format!(
+                    "Failed to generate sandbox config for pod {:?}: {e}",
+                    pod_desc(pod)
+                );
+                self.event(
+                    &pod_ref(pod),
+                    EventType::Warning,
+                    "FailedCreatePodSandBox",
+                    &msg,
+                );
+                return Err(msg);
+            }
+        };
         if let Err(e) = kr::run_sandbox(&self.runtime, config).await {
             let msg = format!("Failed to create pod sandbox: {e}");
             self.event(
@@ -371,6 +389,44 @@ impl Kubelet {
             .await
             .map_err(|e| e.to_string())?;
         Ok(())
+    }
+
+    fn security_options<'a>(&self, seccomp_root: &'a std::path::Path) -> SecurityOptions<'a> {
+        SecurityOptions {
+            seccomp_root,
+            seccomp_default: self.config.seccomp_default,
+        }
+    }
+
+    /// The node's admission of a pod that has not started yet (upstream `canAdmitPod` for the
+    /// checks that depend on the node: sysctls, AppArmor, `supplementalGroupsPolicy`); a refused
+    /// pod fails with the reason and an event, as upstream's `rejectPod`.
+    async fn admit(&self, pod: &Pod, record: &PodRecord) -> Result<bool, String> {
+        let pending = matches!(
+            pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+            None | Some("Pending") | Some("")
+        );
+        if record.sandbox_id.is_some() || !pending {
+            return Ok(true);
+        }
+        let node = kr::admit::NodeSupport {
+            sysctls: &self.sysctls,
+            apparmor: self.apparmor,
+            strict_supplemental_groups: false,
+        };
+        let Err(r) = kr::admit::admit(pod, &node) else {
+            return Ok(true);
+        };
+        self.event(&pod_ref(pod), EventType::Warning, r.reason, &r.message);
+        let mut status = serde_json::json!({
+            "phase": "Failed",
+            "reason": r.reason,
+            "message": r.status_message(),
+        });
+        status["qosClass"] = serde_json::json!(kr::config::qos_class(pod));
+        // Not written: the sync fails and is retried, so the rejection is not lost.
+        self.status.set(pod, status).await?;
+        Ok(false)
     }
 
     /// Stops containers without hooks (a lost sandbox: the processes are gone or going anyway).
@@ -408,6 +464,10 @@ impl Kubelet {
             .and_then(|s| s.phase.clone())
             .unwrap_or_default();
         if matches!(previous_phase.as_str(), "Succeeded" | "Failed") {
+            // A pod rejected at admission never had a sandbox: its status says why, keep it.
+            if record.sandbox_id.is_none() && record.containers.is_empty() {
+                return Ok(SyncOutcome::default());
+            }
             if record.sandbox_ready {
                 if let Some(id) = &record.sandbox_id {
                     let _ = kr::stop_sandbox(&self.runtime, id).await;
@@ -417,6 +477,9 @@ impl Kubelet {
                     .map_err(|e| e.to_string())?;
             }
             self.write_status(pod, &record, &inputs).await;
+            return Ok(SyncOutcome::default());
+        }
+        if !self.admit(pod, &record).await? {
             return Ok(SyncOutcome::default());
         }
         let pod_dir = self.config.pod_dir(&uid);
@@ -442,11 +505,12 @@ impl Kubelet {
                 });
             }
         };
-        let hosts = hosts_file(pod, &pod_ips, &self.config.cluster_domain);
         let hosts_path = pod_dir.join("etc-hosts");
-        if std::fs::read_to_string(&hosts_path).ok().as_deref() != Some(hosts.as_str()) {
-            std::fs::write(&hosts_path, hosts)
-                .map_err(|e| format!("{}: {e}", hosts_path.display()))?;
+        if let Some(hosts) = kr::etc_hosts::hosts_file(pod, &pod_ips, &self.config.cluster_domain) {
+            if std::fs::read_to_string(&hosts_path).ok().as_deref() != Some(hosts.as_str()) {
+                std::fs::write(&hosts_path, hosts)
+                    .map_err(|e| format!("{}: {e}", hosts_path.display()))?;
+            }
         }
         // Init containers, in order: each must succeed before the next starts.
         let mut init_done = true;
@@ -789,7 +853,12 @@ impl Kubelet {
                 return;
             }
         };
+        let image_user = kr::image_user(&self.runtime, &image_ref).await;
+        let seccomp_root = self.config.seccomp_root();
+        let security = self.security_options(&seccomp_root);
         let ctx = ContainerContext {
+            image_user: &image_user,
+            security: &security,
             client: self.client.as_ref(),
             pod,
             container: c,
@@ -820,7 +889,7 @@ impl Kubelet {
             *requeue = min_requeue(*requeue, Duration::from_secs(1));
             return;
         };
-        let sandbox_config = kr::config::sandbox_config(
+        let sandbox_config = match kr::config::sandbox_config(
             pod,
             0,
             &logs::pod_log_dir(
@@ -834,7 +903,17 @@ impl Kubelet {
             &self.config.cgroup_root,
             &self.config.cluster_dns,
             &self.config.cluster_domain,
-        );
+            &security,
+        ) {
+            Ok(c) => c,
+            Err(e) => {
+                inputs
+                    .waiting
+                    .insert(c.name.clone(), ("CreateContainerConfigError".into(), e));
+                *requeue = min_requeue(*requeue, Duration::from_secs(10));
+                return;
+            }
+        };
         let created = self
             .runtime
             .runtime

@@ -59,6 +59,13 @@ pub struct KubeletFlags {
     /// How often every pod is synced.
     #[arg(long, default_value = "1m", value_parser = crate::serve::parse_duration)]
     pub sync_frequency: Duration,
+    /// Sysctls (or `prefix*` patterns) pods may set beyond the safe set, comma-separated; each must
+    /// be namespaced (kernel.shm*, kernel.msg*, kernel.sem, fs.mqueue.*, net.*).
+    #[arg(long, value_delimiter = ',')]
+    pub allowed_unsafe_sysctls: Vec<String>,
+    /// Containers without a seccomp profile run with the runtime's default profile, not Unconfined.
+    #[arg(long)]
+    pub seccomp_default: bool,
 }
 
 #[derive(Args, Debug)]
@@ -156,6 +163,10 @@ impl KubeletFlags {
         c.cluster_domain = self.cluster_domain.clone();
         c.file_check_frequency = self.file_check_frequency;
         c.sync_frequency = self.sync_frequency;
+        kubelet::kuberuntime::admit::SysctlAllowlist::new(&self.allowed_unsafe_sysctls)
+            .map_err(|e| format!("--allowed-unsafe-sysctls: {e}"))?;
+        c.allowed_unsafe_sysctls = self.allowed_unsafe_sysctls.clone();
+        c.seccomp_default = self.seccomp_default;
         c.port = port;
         Ok(c)
     }

@@ -10,6 +10,8 @@ use k8s_openapi::api::core::v1::{Container, Pod};
 use crate::cri::api;
 use crate::cri::labels;
 
+use super::security_context::SecurityOptions;
+
 /// Upstream's `MinShares` and cpu period.
 const MIN_SHARES: i64 = 2;
 const QUOTA_PERIOD: i64 = 100_000;
@@ -81,7 +83,7 @@ pub fn linux_resources(c: &Container, qos: &str) -> api::LinuxContainerResources
     }
 }
 
-fn namespace_options(pod: &Pod) -> api::NamespaceOption {
+pub fn namespace_options(pod: &Pod) -> api::NamespaceOption {
     let spec = pod.spec.as_ref();
     let host = |f: fn(&k8s_openapi::api::core::v1::PodSpec) -> Option<bool>| {
         spec.and_then(f).unwrap_or(false)
@@ -104,21 +106,6 @@ fn namespace_options(pod: &Pod) -> api::NamespaceOption {
         ipc: if host(|s| s.host_ipc) { node } else { pod_ns },
         ..Default::default()
     }
-}
-
-fn hostname(pod: &Pod) -> String {
-    let spec = pod.spec.as_ref();
-    let name = spec
-        .and_then(|s| s.hostname.clone())
-        .filter(|h| !h.is_empty())
-        .or_else(|| pod.metadata.name.clone())
-        .unwrap_or_default();
-    // Upstream truncates to 63 characters and trims trailing '-' and '.'.
-    let mut h: String = name.chars().take(63).collect();
-    while h.ends_with(['-', '.']) {
-        h.pop();
-    }
-    h
 }
 
 fn identity_labels(pod: &Pod) -> HashMap<String, String> {
@@ -347,6 +334,9 @@ fn port_mappings(pod: &Pod) -> Vec<api::PortMapping> {
         .collect()
 }
 
+/// The sandbox's CRI config (upstream `generatePodSandboxConfig`); an error is a pod whose
+/// sandbox cannot be made (an FQDN host name too long, a Localhost seccomp profile without a name).
+#[allow(clippy::too_many_arguments)]
 pub fn sandbox_config(
     pod: &Pod,
     attempt: u32,
@@ -354,27 +344,29 @@ pub fn sandbox_config(
     cgroup_root: &str,
     cluster_dns: &[String],
     cluster_domain: &str,
-) -> api::PodSandboxConfig {
+    security: &SecurityOptions<'_>,
+) -> Result<api::PodSandboxConfig, String> {
     let spec = pod.spec.clone().unwrap_or_default();
     let sc = spec.security_context.clone().unwrap_or_default();
     let sysctls: HashMap<String, String> = sc
         .sysctls
         .iter()
         .flatten()
-        .map(|s| (s.name.clone(), s.value.clone()))
+        .map(|s| (super::admit::normalize_sysctl(&s.name), s.value.clone()))
         .collect();
-    api::PodSandboxConfig {
+    let hostname = if spec.host_network == Some(true) {
+        String::new()
+    } else {
+        super::etc_hosts::kernel_hostname(pod, cluster_domain)?
+    };
+    Ok(api::PodSandboxConfig {
         metadata: Some(api::PodSandboxMetadata {
             name: pod.metadata.name.clone().unwrap_or_default(),
             uid: pod.metadata.uid.clone().unwrap_or_default(),
             namespace: pod.metadata.namespace.clone().unwrap_or_default(),
             attempt,
         }),
-        hostname: if spec.host_network == Some(true) {
-            String::new()
-        } else {
-            hostname(pod)
-        },
+        hostname,
         log_directory: log_directory.to_string(),
         dns_config: Some(dns_config(pod, cluster_dns, cluster_domain)),
         port_mappings: port_mappings(pod),
@@ -388,18 +380,16 @@ pub fn sandbox_config(
             .collect(),
         linux: Some(api::LinuxPodSandboxConfig {
             cgroup_parent: pod_cgroup_parent(cgroup_root, pod),
-            security_context: Some(api::LinuxSandboxSecurityContext {
-                namespace_options: Some(namespace_options(pod)),
-                run_as_user: sc.run_as_user.map(|v| api::Int64Value { value: v }),
-                run_as_group: sc.run_as_group.map(|v| api::Int64Value { value: v }),
-                supplemental_groups: sc.supplemental_groups.clone().unwrap_or_default(),
-                ..Default::default()
-            }),
+            security_context: Some(super::security_context::sandbox_security(
+                pod,
+                namespace_options(pod),
+                security,
+            )?),
             sysctls,
             ..Default::default()
         }),
         windows: None,
-    }
+    })
 }
 
 /// A hash of the container spec: a changed spec means a new container (upstream `HashContainer`).
@@ -407,38 +397,6 @@ pub fn container_hash(c: &Container) -> String {
     let mut h = crate::hash::Fnv128::new();
     h.write(serde_json::to_string(c).unwrap_or_default().as_bytes());
     h.short()
-}
-
-/// The security context of a container (pod-level settings as fallbacks).
-pub fn container_security(pod: &Pod, c: &Container) -> api::LinuxContainerSecurityContext {
-    let psc = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.security_context.clone())
-        .unwrap_or_default();
-    let sc = c.security_context.clone().unwrap_or_default();
-    let caps = sc.capabilities.clone().unwrap_or_default();
-    api::LinuxContainerSecurityContext {
-        capabilities: Some(api::Capability {
-            add_capabilities: caps.add.unwrap_or_default(),
-            drop_capabilities: caps.drop.unwrap_or_default(),
-            ..Default::default()
-        }),
-        privileged: sc.privileged.unwrap_or(false),
-        namespace_options: Some(namespace_options(pod)),
-        run_as_user: sc
-            .run_as_user
-            .or(psc.run_as_user)
-            .map(|v| api::Int64Value { value: v }),
-        run_as_group: sc
-            .run_as_group
-            .or(psc.run_as_group)
-            .map(|v| api::Int64Value { value: v }),
-        readonly_rootfs: sc.read_only_root_filesystem.unwrap_or(false),
-        supplemental_groups: psc.supplemental_groups.unwrap_or_default(),
-        no_new_privs: sc.allow_privilege_escalation == Some(false),
-        ..Default::default()
-    }
 }
 
 #[cfg(test)]
@@ -496,7 +454,13 @@ mod tests {
     #[test]
     fn sandbox_config_carries_identity_and_ports() {
         let p = pod(serde_json::json!({}));
-        let c = sandbox_config(&p, 0, "/logs/ns_web-0_u1", "/", &[], "cluster.local");
+        let root = std::path::PathBuf::from("/var/lib/kubelet/seccomp");
+        let opts = SecurityOptions {
+            seccomp_root: &root,
+            seccomp_default: false,
+        };
+        let c =
+            sandbox_config(&p, 0, "/logs/ns_web-0_u1", "/", &[], "cluster.local", &opts).unwrap();
         assert_eq!(c.hostname, "web-0");
         assert_eq!(
             c.labels.get(labels::POD_UID).map(String::as_str),

@@ -1,16 +1,19 @@
 //! One container's CRI config (upstream `kuberuntime_container.go` `generateContainerConfig` and
 //! `kubelet_pods.go` `GenerateRunContainerOptions`: environment, mounts incl. the termination message
-//! file and the kubelet-managed /etc/hosts, command and args with `$(VAR)` expansion).
+//! file and the kubelet-managed /etc/hosts, command and args with `$(VAR)` expansion, the security
+//! context of [`super::security_context`]).
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Container, Pod, Secret, Service};
 use kube::Api;
 
 use crate::cri::{api, labels, logs};
 use crate::envvars;
 use crate::volumes::MountedVolume;
+
+use super::security_context::{self as sc, ImageUser, SecurityOptions};
 
 /// Everything needed to build one container's config.
 pub struct ContainerContext<'a> {
@@ -25,6 +28,9 @@ pub struct ContainerContext<'a> {
     pub host_ip: &'a str,
     pub pod_ips: &'a [String],
     pub node_allocatable: &'a BTreeMap<String, String>,
+    /// The user the image runs as (for runAsNonRoot and as the default user).
+    pub image_user: &'a ImageUser,
+    pub security: &'a SecurityOptions<'a>,
 }
 
 /// Why a container's config cannot be made (`CreateContainerConfigError`).
@@ -69,9 +75,49 @@ async fn secret_data(
     }
 }
 
-/// The container's environment, in upstream's order and precedence.
+/// The Service variables of the pod (upstream `getServiceEnvVarMap`), read from the API server:
+/// `default/kubernetes`, and the pod namespace's Services with `enableServiceLinks` (default on).
+/// Without an API server (a standalone kubelet) there are none.
+async fn service_env(
+    client: Option<&kube::Client>,
+    pod: &Pod,
+) -> Result<Vec<(String, String)>, ConfigError> {
+    let Some(client) = client else {
+        return Ok(Vec::new());
+    };
+    let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
+    let links = pod
+        .spec
+        .as_ref()
+        .and_then(|s| s.enable_service_links)
+        .unwrap_or(true);
+    let mut services: Vec<Service> = Vec::new();
+    match Api::<Service>::namespaced(client.clone(), "default")
+        .get_opt("kubernetes")
+        .await
+    {
+        Ok(s) => services.extend(s),
+        Err(e) => return Err(format!("failed to get the kubernetes Service: {e}")),
+    }
+    if links {
+        let list = Api::<Service>::namespaced(client.clone(), ns)
+            .list(&Default::default())
+            .await
+            .map_err(|e| format!("failed to list Services of namespace {ns}: {e}"))?;
+        services.extend(list.items);
+    }
+    let chosen = envvars::services_for_pod(&services, ns, links);
+    Ok(envvars::service_env(&chosen))
+}
+
+/// The container's environment, in upstream's order and precedence: `envFrom`, then `env` (later
+/// names replace earlier ones in place), then the Service variables not already defined.
 pub async fn environment(ctx: &ContainerContext<'_>) -> Result<Vec<(String, String)>, ConfigError> {
     let ns = ctx.pod.metadata.namespace.as_deref().unwrap_or("default");
+    let services: HashMap<String, String> = service_env(ctx.client, ctx.pod)
+        .await?
+        .into_iter()
+        .collect();
     let mut env: Vec<(String, String)> = Vec::new();
     let set = |env: &mut Vec<(String, String)>, k: String, v: String| {
         if let Some(slot) = env.iter_mut().find(|(n, _)| *n == k) {
@@ -126,8 +172,12 @@ pub async fn environment(ctx: &ContainerContext<'_>) -> Result<Vec<(String, Stri
                     ctx.node_allocatable,
                 )?
             } else if let Some(k) = &source.config_map_key_ref {
-                let data = config_map_data(ctx.client, ns, &k.name).await?;
-                match data.and_then(|d| d.get(&k.key).cloned()) {
+                let data = match config_map_data(ctx.client, ns, &k.name).await? {
+                    Some(d) => d,
+                    None if k.optional == Some(true) => continue,
+                    None => return Err(format!("configmap \"{}\" not found", k.name)),
+                };
+                match data.get(&k.key).cloned() {
                     Some(v) => v,
                     None if k.optional == Some(true) => continue,
                     None => {
@@ -138,8 +188,12 @@ pub async fn environment(ctx: &ContainerContext<'_>) -> Result<Vec<(String, Stri
                     }
                 }
             } else if let Some(k) = &source.secret_key_ref {
-                let data = secret_data(ctx.client, ns, &k.name).await?;
-                match data.and_then(|d| d.get(&k.key).cloned()) {
+                let data = match secret_data(ctx.client, ns, &k.name).await? {
+                    Some(d) => d,
+                    None if k.optional == Some(true) => continue,
+                    None => return Err(format!("secret \"{}\" not found", k.name)),
+                };
+                match data.get(&k.key).cloned() {
                     Some(v) => v,
                     None if k.optional == Some(true) => continue,
                     None => {
@@ -153,50 +207,22 @@ pub async fn environment(ctx: &ContainerContext<'_>) -> Result<Vec<(String, Stri
                 String::new()
             }
         } else {
-            // Literal values may reference variables defined before them.
+            // Literal values may reference variables defined before them, then Service variables
+            // (upstream `MappingFuncFor(tmpEnv, serviceEnv)`).
             let defined: HashMap<String, String> = env.iter().cloned().collect();
             envvars::expand(var.value.as_deref().unwrap_or(""), &|n| {
-                defined.get(n).cloned()
+                defined.get(n).or_else(|| services.get(n)).cloned()
             })
         };
         set(&mut env, var.name.clone(), value);
     }
-    Ok(env)
-}
-
-/// The kubelet-managed /etc/hosts (upstream `ensureHostsFile`): localhost entries and the pod's IP
-/// with its host name (and `<hostname>.<subdomain>.<ns>.svc.<domain>` when a subdomain is set).
-pub fn hosts_file(pod: &Pod, pod_ips: &[String], cluster_domain: &str) -> String {
-    let mut s = String::from("# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\nfe00::0\tip6-localnet\nfe00::0\tip6-mcastprefix\nfe00::1\tip6-allnodes\nfe00::2\tip6-allrouters\n");
-    let spec = pod.spec.as_ref();
-    let hostname = spec
-        .and_then(|s| s.hostname.clone())
-        .or_else(|| pod.metadata.name.clone())
-        .unwrap_or_default();
-    let ns = pod.metadata.namespace.as_deref().unwrap_or("default");
-    for ip in pod_ips {
-        match spec
-            .and_then(|s| s.subdomain.as_deref())
-            .filter(|d| !d.is_empty())
-        {
-            Some(sub) => s.push_str(&format!(
-                "{ip}\t{hostname}.{sub}.{ns}.svc.{cluster_domain}\t{hostname}\n"
-            )),
-            None => s.push_str(&format!("{ip}\t{hostname}\n")),
-        }
-    }
-    for alias in spec
-        .and_then(|s| s.host_aliases.as_ref())
+    let mut rest: Vec<(String, String)> = services
         .into_iter()
-        .flatten()
-    {
-        let ip = &alias.ip;
-        s.push_str(&format!(
-            "{ip}\t{}\n",
-            alias.hostnames.clone().unwrap_or_default().join("\t")
-        ));
-    }
-    s
+        .filter(|(k, _)| !env.iter().any(|(n, _)| n == k))
+        .collect();
+    rest.sort();
+    env.extend(rest);
+    Ok(env)
 }
 
 fn mounts(
@@ -214,10 +240,11 @@ fn mounts(
                 ..Default::default()
             })
             .collect();
-    let spec = ctx.pod.spec.as_ref();
     let mounted = |out: &[api::Mount], path: &str| out.iter().any(|m| m.container_path == path);
-    if spec.and_then(|s| s.host_network) != Some(true) && !mounted(&out, "/etc/hosts") {
-        let hosts = ctx.pod_dir.join("etc-hosts");
+    // upstream `makeMounts`: the managed hosts file once the pod has an IP (host-network pods too,
+    // with the node's file), unless the container mounts its own.
+    let hosts = ctx.pod_dir.join("etc-hosts");
+    if !ctx.pod_ips.is_empty() && hosts.exists() && !mounted(&out, "/etc/hosts") {
         out.push(api::Mount {
             container_path: "/etc/hosts".into(),
             host_path: hosts.display().to_string(),
@@ -252,6 +279,8 @@ pub async fn container_config(
 ) -> Result<api::ContainerConfig, ConfigError> {
     let pod = ctx.pod;
     let c = ctx.container;
+    // upstream checks the image's user before anything else of the config.
+    sc::verify_run_as_non_root(pod, c, ctx.image_user)?;
     let env = environment(ctx).await?;
     let vars: HashMap<String, String> = env.iter().cloned().collect();
     let lookup = |n: &str| vars.get(n).cloned();
@@ -350,7 +379,13 @@ pub async fn container_config(
         tty: c.tty == Some(true),
         linux: Some(api::LinuxContainerConfig {
             resources: Some(super::config::linux_resources(c, &qos)),
-            security_context: Some(super::config::container_security(pod, c)),
+            security_context: Some(sc::container_security(
+                pod,
+                c,
+                ctx.image_user,
+                super::config::namespace_options(pod),
+                ctx.security,
+            )?),
         }),
         ..Default::default()
     })
@@ -389,6 +424,11 @@ mod tests {
             host_ip: "1.2.3.4",
             pod_ips: &ips,
             node_allocatable: &alloc,
+            image_user: &ImageUser::default(),
+            security: &SecurityOptions {
+                seccomp_root: Path::new("/s"),
+                seccomp_default: false,
+            },
         };
         let env = environment(&ctx).await.unwrap();
         assert_eq!(
@@ -400,20 +440,5 @@ mod tests {
                 ("IP".to_string(), "10.1.2.3".to_string()),
             ]
         );
-    }
-
-    #[test]
-    fn hosts_file_names_the_pod() {
-        let pod: Pod = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": "web-0", "namespace": "ns"},
-            "spec": {"hostname": "web-0", "subdomain": "web", "containers": []}
-        }))
-        .unwrap();
-        let h = hosts_file(&pod, &["10.42.0.7".to_string()], "cluster.local");
-        assert!(
-            h.contains("10.42.0.7\tweb-0.web.ns.svc.cluster.local\tweb-0\n"),
-            "{h}"
-        );
-        assert!(h.starts_with("# Kubernetes-managed hosts file.\n127.0.0.1\tlocalhost\n"));
     }
 }

@@ -3,8 +3,11 @@
 //! containers, stopping and removing them. The decisions (what to start, kill, or wait for) are in
 //! [`crate::sync`].
 
+pub mod admit;
 pub mod config;
 pub mod container;
+pub mod etc_hosts;
+pub mod security_context;
 pub mod status;
 
 use std::collections::HashMap;
@@ -99,9 +102,48 @@ fn record_of(c: &api::Container, st: &api::ContainerStatus) -> ContainerRecord {
     }
 }
 
-/// The termination message of an exited container (upstream `getTerminationMessage` + the
-/// `FallbackToLogsOnError` policy): the file at `terminationMessagePath` (read through its host-side
-/// mount), at most 4096 bytes; else, with the fallback policy and a failure, the log's tail.
+/// upstream `MaxContainerTerminationMessageLength`: the file's last 4 KiB are the message.
+const MAX_TERMINATION_MESSAGE: u64 = 4096;
+/// upstream `MaxContainerTerminationMessageLogLength` / `...LogLines`: the log fallback's limits.
+const MAX_TERMINATION_LOG_BYTES: usize = 2048;
+const MAX_TERMINATION_LOG_LINES: usize = 80;
+/// How much of a CRI log file the fallback reads: 80 lines of at most 2048 bytes of content plus
+/// their CRI prefixes fit.
+const MAX_TERMINATION_LOG_READ: u64 = 256 * 1024;
+
+/// The last `max` bytes of a file (upstream `tail.ReadAtMost`), without reading the whole file.
+fn read_at_most(path: &str, max: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut f = std::fs::File::open(path)?;
+    let len = f.metadata()?.len();
+    if len > max {
+        f.seek(SeekFrom::Start(len - max))?;
+    }
+    let mut buf = Vec::with_capacity(len.min(max) as usize);
+    f.take(max).read_to_end(&mut buf)?;
+    Ok(buf)
+}
+
+/// The log fallback of a termination message (upstream `readLastStringFromContainerLogs`): the
+/// last 80 lines of the container's output, of which the last 2048 bytes, newlines kept.
+pub fn termination_log_tail(content: &[u8]) -> String {
+    let mut starts: Vec<usize> = vec![0];
+    for (i, b) in content.iter().enumerate() {
+        if *b == b'\n' && i + 1 < content.len() {
+            starts.push(i + 1);
+        }
+    }
+    let first = starts[starts.len().saturating_sub(MAX_TERMINATION_LOG_LINES)];
+    let tail = &content[first..];
+    let tail = &tail[tail.len().saturating_sub(MAX_TERMINATION_LOG_BYTES)..];
+    String::from_utf8_lossy(tail).into_owned()
+}
+
+/// The termination message of an exited container (upstream `getTerminationMessage` and the
+/// `FallbackToLogsOnError` policy in `toKubeContainerStatus`): the file at `terminationMessagePath`
+/// (read through its host-side mount), its last 4096 bytes; with the fallback policy, a failure
+/// (not `ContainerCannotRun`) and an empty or missing file, the log's tail. A message is appended to
+/// the runtime's own (`<runtime message>: <message>`).
 fn termination_message(st: &api::ContainerStatus, ann: &HashMap<String, String>) -> String {
     if st.state != api::ContainerState::ContainerExited as i32 {
         return String::new();
@@ -110,37 +152,76 @@ fn termination_message(st: &api::ContainerStatus, ann: &HashMap<String, String>)
         .get(labels::CONTAINER_TERMINATION_MESSAGE_PATH)
         .cloned()
         .unwrap_or_default();
+    let policy = ann
+        .get(labels::CONTAINER_TERMINATION_MESSAGE_POLICY)
+        .map(String::as_str)
+        .unwrap_or("File");
+    let fallback =
+        policy == "FallbackToLogsOnError" && st.exit_code != 0 && st.reason != "ContainerCannotRun";
+    let mut check_logs = fallback;
     let mut message = String::new();
     if let Some(m) = st
         .mounts
         .iter()
         .find(|m| !path.is_empty() && m.container_path == path)
     {
-        if let Ok(bytes) = std::fs::read(&m.host_path) {
-            let n = bytes.len().min(4096);
-            message = String::from_utf8_lossy(&bytes[..n]).into_owned();
-        }
-    }
-    let policy = ann
-        .get(labels::CONTAINER_TERMINATION_MESSAGE_POLICY)
-        .map(String::as_str)
-        .unwrap_or("File");
-    if message.is_empty() && policy == "FallbackToLogsOnError" && st.exit_code != 0 {
-        if let Ok(log) = std::fs::read(&st.log_path) {
-            if let Ok(text) = crate::cri::logs::content(&log) {
-                // Upstream: the last 80 lines, at most 2048 bytes.
-                let text = String::from_utf8_lossy(&text).into_owned();
-                let lines: Vec<&str> = text.lines().collect();
-                let tail = lines[lines.len().saturating_sub(80)..].join("\n");
-                let start = tail.len().saturating_sub(2048);
-                let start = (start..=tail.len())
-                    .find(|&i| tail.is_char_boundary(i))
-                    .unwrap_or(tail.len());
-                message = tail[start..].to_string();
+        match read_at_most(&m.host_path, MAX_TERMINATION_MESSAGE) {
+            Ok(bytes) => {
+                check_logs = fallback && bytes.is_empty();
+                message = String::from_utf8_lossy(&bytes).into_owned();
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => {
+                check_logs = false;
+                message = format!("Error on reading termination log {}: {e}", m.host_path);
             }
         }
     }
-    message
+    if check_logs {
+        message = match read_at_most(&st.log_path, MAX_TERMINATION_LOG_READ)
+            .map_err(|e| e.to_string())
+            .and_then(|log| {
+                // A read that starts inside the file drops its first, partial, line.
+                let whole = std::fs::metadata(&st.log_path)
+                    .map(|m| m.len() <= MAX_TERMINATION_LOG_READ)
+                    .unwrap_or(true);
+                let start = if whole {
+                    0
+                } else {
+                    log.iter()
+                        .position(|b| *b == b'\n')
+                        .map_or(log.len(), |i| i + 1)
+                };
+                crate::cri::logs::content(&log[start..]).map_err(|e| e.to_string())
+            }) {
+            Ok(text) => termination_log_tail(&text),
+            Err(e) => format!("Error on reading termination message from logs: {e}"),
+        };
+    }
+    match (st.message.is_empty(), message.is_empty()) {
+        (_, true) => st.message.clone(),
+        (true, false) => message,
+        (false, false) => format!("{}: {message}", st.message),
+    }
+}
+
+/// The user an image runs as, from the runtime (upstream `getImageUser`); an image the runtime
+/// cannot describe counts as root, as upstream's.
+pub async fn image_user(runtime: &Runtime, image: &str) -> security_context::ImageUser {
+    let status = runtime
+        .images
+        .clone()
+        .image_status(api::ImageStatusRequest {
+            image: Some(api::ImageSpec {
+                image: image.to_string(),
+                ..Default::default()
+            }),
+            verbose: false,
+        })
+        .await
+        .ok()
+        .and_then(|r| r.into_inner().image);
+    security_context::ImageUser::from_image(status.as_ref())
 }
 
 /// Why an image cannot be used (the container's waiting reason and the event message).
@@ -322,4 +403,69 @@ pub async fn exec_sync(
     let mut out = resp.stdout;
     out.extend_from_slice(&resp.stderr);
     Ok((resp.exit_code, out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn termination_log_tail_keeps_80_lines_and_2048_bytes() {
+        assert_eq!(termination_log_tail(b"one\ntwo\n"), "one\ntwo\n");
+        assert_eq!(termination_log_tail(b"no newline"), "no newline");
+        let many: String = (0..100).map(|i| format!("{i}\n")).collect();
+        let tail = termination_log_tail(many.as_bytes());
+        assert!(
+            tail.starts_with("20\n21\n") && tail.ends_with("99\n"),
+            "{tail}"
+        );
+        let long = format!("{}\n{}\n", "a".repeat(3000), "b".repeat(100));
+        let tail = termination_log_tail(long.as_bytes());
+        assert_eq!(tail.len(), 2048);
+        assert!(tail.ends_with(&format!("a\n{}\n", "b".repeat(100))));
+    }
+
+    #[test]
+    fn termination_message_file_tail_and_fallback() {
+        let dir = tempfile::tempdir().unwrap();
+        let msg = dir.path().join("msg");
+        std::fs::write(&msg, format!("{}end", "x".repeat(5000))).unwrap();
+        let log = dir.path().join("0.log");
+        std::fs::write(
+            &log,
+            "2026-01-01T00:00:00.000000000Z stdout F from the log\n",
+        )
+        .unwrap();
+        let mut ann = HashMap::new();
+        ann.insert(
+            labels::CONTAINER_TERMINATION_MESSAGE_PATH.to_string(),
+            "/dev/termination-log".to_string(),
+        );
+        let mut st = api::ContainerStatus {
+            state: api::ContainerState::ContainerExited as i32,
+            exit_code: 1,
+            log_path: log.display().to_string(),
+            mounts: vec![api::Mount {
+                container_path: "/dev/termination-log".into(),
+                host_path: msg.display().to_string(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let m = termination_message(&st, &ann);
+        assert_eq!(m.len(), 4096);
+        assert!(m.ends_with("xend"));
+        std::fs::write(&msg, "").unwrap();
+        assert_eq!(termination_message(&st, &ann), "");
+        ann.insert(
+            labels::CONTAINER_TERMINATION_MESSAGE_POLICY.to_string(),
+            "FallbackToLogsOnError".to_string(),
+        );
+        assert_eq!(termination_message(&st, &ann), "from the log\n");
+        st.exit_code = 0;
+        assert_eq!(termination_message(&st, &ann), "");
+        st.exit_code = 1;
+        st.message = "OOMKilled".into();
+        assert_eq!(termination_message(&st, &ann), "OOMKilled: from the log\n");
+    }
 }

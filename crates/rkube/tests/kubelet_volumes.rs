@@ -187,7 +187,8 @@ fn configmap_secret_downward_api_and_projected_volumes_as_upstream() {
          echo cache_stat=$(stat -c '%a %g' /cache); \
          echo hi > /mine/f && echo expr=$(cat /cache/vols/f); \
          touch /ro/x 2>/dev/null && echo ro=writable || echo ro=refused; \
-         echo sub=$(cat /greeting)",
+         echo sub=$(cat /greeting); \
+         echo sa_token=$(stat -L -c '%a %u %g' /var/run/secrets/kubernetes.io/serviceaccount/token)",
     );
     let want = |k: &str| got.get(k).map(String::as_str).unwrap_or("<missing>");
     // A non-root user in the fsGroup reads a 0400 secret: upstream gives it mode 0440, group 1234.
@@ -233,6 +234,9 @@ fn configmap_secret_downward_api_and_projected_volumes_as_upstream() {
     assert_eq!(want("expr"), "hi", "subPathExpr $(POD_NAME): {got:?}");
     assert_eq!(want("ro"), "refused", "{got:?}");
     assert_eq!(want("sub"), "hello", "subPath of a ConfigMap key: {got:?}");
+    // The projected service account token: 0600 with an fsGroup (containers run as different
+    // users, so no owner is set), then the group's read bit.
+    assert_eq!(want("sa_token"), "640 0 1234", "{got:?}");
 
     // Mount failures: upstream's texts in FailedMount events.
     let expected = [

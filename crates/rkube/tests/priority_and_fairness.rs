@@ -1,5 +1,5 @@
 //! API Priority and Fairness end to end: a user whose FlowSchema sends it to a tiny Reject level
-//! floods LISTs (three seats each: 300 ConfigMaps stored) and gets 429s with `Retry-After`, while
+//! (`borrowingLimitPercent: 0`, so it stays tiny when idle levels lend) floods LISTs (three seats each: 300 ConfigMaps stored) and gets 429s with `Retry-After`, while
 //! the admin (exempt) is answered at once; answers carry the `X-Kubernetes-PF-*` headers of the
 //! request's FlowSchema and level; the debug endpoint and `/metrics` show the levels.
 
@@ -89,6 +89,7 @@ fn a_flooding_user_gets_429s_while_the_admin_is_served() {
               {"apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "PriorityLevelConfiguration",
                "metadata": {"name": "tiny"},
                "spec": {"type": "Limited", "limited": {"nominalConcurrencyShares": 1,
+                        "borrowingLimitPercent": 0,
                         "limitResponse": {"type": "Reject"}}}},
               {"apiVersion": "flowcontrol.apiserver.k8s.io/v1", "kind": "FlowSchema",
                "metadata": {"name": "flooder"},

@@ -11,6 +11,7 @@ mod local_path;
 mod nodes;
 mod proxy;
 mod serve;
+mod serving_flags;
 mod sim;
 
 use clap::{Parser, Subcommand};

@@ -210,6 +210,8 @@ pub struct ServeArgs {
     proxy: crate::proxy::ServerProxyFlags,
     #[command(flatten)]
     local_path: crate::local_path::LocalPathFlags,
+    #[command(flatten)]
+    serving: crate::serving_flags::ServingFlags,
 }
 
 /// A positive Go duration ("1m0s", "90s", "1h30m").
@@ -305,6 +307,7 @@ impl ServeArgs {
         config.enable_priority_and_fairness = self.enable_priority_and_fairness;
         config.request_timeout = self.request_timeout;
         config.max_watches_per_user = self.max_watches_per_user;
+        self.serving.apply(&mut config);
         config.enable_admission_plugins = self.enable_admission_plugins.clone();
         config.disable_admission_plugins = self.disable_admission_plugins.clone();
         config.encryption_provider_config = self.encryption_provider_config.clone();
@@ -497,10 +500,9 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
         }
         _ => None,
     };
-    tokio::select! {
-        _ = running.wait() => Ok(()),
-        _ = tokio::signal::ctrl_c() => Ok(()),
-    }
+    // The API server's graceful shutdown first; the components go when this returns.
+    running.run_until_signalled().await;
+    Ok(())
 }
 
 /// The nodes of --nodes, each with its kube-proxy, and the routes between them; then runs until the
@@ -546,10 +548,9 @@ async fn run_nodes(
         fabric.clone(),
         names,
     )));
-    tokio::select! {
-        _ = running.wait() => Ok(()),
-        _ = tokio::signal::ctrl_c() => Ok(()),
-    }
+    // The API server's graceful shutdown first; the components go when this returns.
+    running.run_until_signalled().await;
+    Ok(())
 }
 
 /// Stops a component's task when the server returns.

@@ -160,6 +160,27 @@ impl Cluster {
         }
     }
 
+    /// The server's process id (to signal it), while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(|c| c.id())
+    }
+
+    /// Waits at most `timeout` for the server to exit by itself; its exit status, or None when it
+    /// still runs (or was not running).
+    pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            if let Ok(Some(status)) = self.child.as_mut()?.try_wait() {
+                self.child = None;
+                return Some(status);
+            }
+            if std::time::Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// Stops the server (SIGKILL when `kill`, else SIGTERM-like kill) and starts it again on the same data.
     pub fn restart(&mut self) {
         if let Some(mut child) = self.child.take() {

@@ -231,7 +231,7 @@ fn mounts(
 ) -> Result<Vec<api::Mount>, ConfigError> {
     // Volume mounts with subPath/subPathExpr and read-only handling: see volumes::subpath.
     let mut out: Vec<api::Mount> =
-        crate::volumes::subpath::container_mounts(ctx.container, ctx.volumes, env)?
+        crate::volumes::subpath::container_mounts(ctx.container, ctx.volumes, env, ctx.pod_dir)?
             .into_iter()
             .map(|m| api::Mount {
                 container_path: m.container_path,

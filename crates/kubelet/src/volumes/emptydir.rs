@@ -53,6 +53,11 @@ fn unescape(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// Whether `path` is a mount point.
+pub fn is_mount_point(path: &Path) -> bool {
+    mounts().iter().any(|(p, _)| p == path)
+}
+
 /// Whether `dir` is a tmpfs mount point.
 pub fn is_tmpfs(dir: &Path) -> bool {
     mounts().iter().any(|(p, t)| p == dir && t == "tmpfs")

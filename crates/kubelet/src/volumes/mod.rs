@@ -1,7 +1,8 @@
 //! Pod volumes (upstream `pkg/volume/{emptydir,hostpath,configmap,secret,downwardapi,projected}`,
 //! the kubelet's volume manager and `makeMounts`, much reduced): each volume becomes a host
 //! directory (or file) under `<root-dir>/pods/<uid>/volumes/kubernetes.io~<plugin>/<name>` that
-//! containers bind-mount ([`subpath`]: subPath, subPathExpr, readOnly).
+//! containers bind-mount ([`subpath`]: subPath and subPathExpr bound under `volume-subpaths` as
+//! upstream's, readOnly).
 //!
 //! - configMap, secret, downward API and projected volumes are written by upstream's atomic writer
 //!   ([`atomic_writer`]: a `..data` symlink to a timestamped directory, swapped by rename) on every
@@ -19,10 +20,9 @@
 //! `volumeDevices` (raw block) fail with a clear event; hugepages emptyDirs are refused;
 //! `clusterTrustBundle` and `podCertificate` projections are refused; a projected
 //! `serviceAccountToken` needs the API server's TokenRequest API (without it the mount fails, as
-//! upstream's would); subPaths are checked and resolved but not bind-mounted under
-//! `volume-subpaths` ([`subpath`]); `mountPropagation`, `recursiveReadOnly`, SELinux relabelling,
-//! emptyDir quotas and size eviction, and the `volumesInUse`/volume stats reports are not done;
-//! ConfigMaps and Secrets are read from the API server on each sync rather than from a watch cache.
+//! upstream's would); `mountPropagation`, `recursiveReadOnly`, SELinux relabelling, emptyDir
+//! quotas and size eviction, and the `volumesInUse`/volume stats reports are not done; ConfigMaps
+//! and Secrets are read from the API server on each sync rather than from a watch cache.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};

@@ -5,13 +5,17 @@
 //! root's mode; the path is resolved (symbolic links followed) and must stay inside the volume.
 //! Mounts are read-only when asked or when the volume must be (API data volumes).
 //!
-//! Difference: upstream bind-mounts the resolved subPath under `<pod>/volume-subpaths` so the
-//! container gets exactly what was checked; here the resolved path is handed to the runtime,
-//! leaving a window in which a container sharing the volume could swap a path component.
+//! As upstream's `doBindSubPath`, the resolved path is opened (`O_PATH|O_NOFOLLOW`), the opened
+//! object's own path (`/proc/self/fd/N`) is checked to be inside the volume, and that fd is
+//! bind-mounted on `<pod>/volume-subpaths/<volume>/<container>/<index>`, which the container gets:
+//! a container sharing the volume cannot swap a path component between the check and the mount.
+//! A target already mounted (a restarted container) is reused; the pod's teardown unmounts them.
 
 use std::cell::RefCell;
 use std::collections::{BTreeSet, HashMap};
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 
 use k8s_openapi::api::core::v1::{Container, VolumeMount};
@@ -61,11 +65,67 @@ fn make_sub_dirs(volume: &Path, sub: &str, perm: u32) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Upstream `doBindSubPath` after the checks: `real` (inside `root`) bound on `target`.
+fn bind_sub_path(real: &Path, root: &Path, target: &Path) -> std::io::Result<()> {
+    if super::emptydir::is_mount_point(target) {
+        return Ok(());
+    }
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .open(real)?;
+    let source = format!("/proc/self/fd/{}", file.as_raw_fd());
+    let opened = std::fs::read_link(&source)?;
+    if !opened.starts_with(root) {
+        return Err(std::io::Error::other(format!(
+            "{} resolves to {}, outside the volume",
+            real.display(),
+            opened.display()
+        )));
+    }
+    let is_dir = file.metadata()?.is_dir();
+    if let Some(parent) = target.parent() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o750)
+            .create(parent)?;
+    }
+    if std::fs::symlink_metadata(target).is_err() {
+        if is_dir {
+            std::fs::DirBuilder::new().mode(0o750).create(target)?;
+        } else {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o640)
+                .open(target)?;
+        }
+    }
+    let c = |p: &[u8]| std::ffi::CString::new(p).map_err(std::io::Error::other);
+    let source_c = c(source.as_bytes())?;
+    let target_c = c(target.as_os_str().as_bytes())?;
+    // SAFETY: NUL-terminated strings that outlive the call; no data argument for a bind mount.
+    let rc = unsafe {
+        libc::mount(
+            source_c.as_ptr(),
+            target_c.as_ptr(),
+            std::ptr::null(),
+            libc::MS_BIND,
+            std::ptr::null(),
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 fn sub_path_mount(
     container: &Container,
     m: &VolumeMount,
     volume: &Path,
     sub: &str,
+    target: &Path,
 ) -> Result<PathBuf, String> {
     if sub.starts_with('/') {
         return Err(format!(
@@ -103,17 +163,23 @@ fn sub_path_mount(
         tracing::warn!(path = %path.display(), resolved = %real.display(), "subPath leaves its volume");
         return Err(prepare_failed());
     }
-    Ok(real)
+    if let Err(e) = bind_sub_path(&real, &root, target) {
+        tracing::warn!(path = %real.display(), target = %target.display(), error = %e, "cannot bind a subPath");
+        return Err(prepare_failed());
+    }
+    Ok(target.to_path_buf())
 }
 
-/// The container's volume mounts; `env` is its environment (for `subPathExpr`).
+/// The container's volume mounts; `env` is its environment (for `subPathExpr`), `pod_dir` the
+/// pod's directory (subPaths are bound under it).
 pub fn container_mounts(
     container: &Container,
     volumes: &HashMap<String, MountedVolume>,
     env: &HashMap<String, String>,
+    pod_dir: &Path,
 ) -> Result<Vec<ContainerMount>, String> {
     let mut out = Vec::new();
-    for m in container.volume_mounts.iter().flatten() {
+    for (index, m) in container.volume_mounts.iter().flatten().enumerate() {
         let v = volumes.get(&m.name).ok_or_else(|| {
             format!(
                 "cannot find volume \"{}\" to mount into container \"{}\"",
@@ -127,7 +193,12 @@ pub fn container_mounts(
         let host_path = if sub.is_empty() {
             v.host_path.clone()
         } else {
-            sub_path_mount(container, m, &v.host_path, &sub)?
+            let target = pod_dir
+                .join("volume-subpaths")
+                .join(&m.name)
+                .join(&container.name)
+                .join(index.to_string());
+            sub_path_mount(container, m, &v.host_path, &sub, &target)?
         };
         out.push(ContainerMount {
             container_path: m.mount_path.clone(),
@@ -189,20 +260,29 @@ mod tests {
             {"name": "v", "mountPath": "/expr", "subPathExpr": "pods/$(POD)"},
             {"name": "v", "mountPath": "/f", "subPath": "inside"},
         ]));
-        let m = container_mounts(&c, &volumes, &env).unwrap();
+        let pod_dir = dir.path().join("pod");
+        let m = container_mounts(&c, &volumes, &env, &pod_dir).unwrap();
         assert_eq!(m[0].host_path, vol);
         assert!(!m[0].read_only && m[1].read_only);
-        assert_eq!(m[2].host_path, vol.canonicalize().unwrap().join("a/b"));
+        let bound = |i: usize| pod_dir.join("volume-subpaths/v/c").join(i.to_string());
+        assert_eq!(m[2].host_path, bound(2));
         let mode = std::fs::metadata(vol.join("a/b"))
             .unwrap()
             .permissions()
             .mode();
         assert_eq!(mode & 0o777, 0o777);
         assert!(vol.join("pods/p1").is_dir());
-        assert_eq!(m[4].host_path, vol.canonicalize().unwrap().join("file"));
+        std::fs::write(vol.join("pods/p1/seen"), b"y").unwrap();
+        assert_eq!(std::fs::read(bound(3).join("seen")).unwrap(), b"y");
+        // A file subPath (through a link inside the volume) is bound on a file.
+        assert_eq!(m[4].host_path, bound(4));
+        assert_eq!(std::fs::read(bound(4)).unwrap(), b"x");
+        // Again (a restarted container): the bound targets are reused.
+        let again = container_mounts(&c, &volumes, &env, &pod_dir).unwrap();
+        assert_eq!(again, m);
 
         let bad = |mounts: serde_json::Value| {
-            container_mounts(&container(mounts), &volumes, &env).unwrap_err()
+            container_mounts(&container(mounts), &volumes, &env, &pod_dir).unwrap_err()
         };
         assert_eq!(
             bad(serde_json::json!([{"name": "v", "mountPath": "/x", "subPath": "escape"}])),
@@ -224,5 +304,7 @@ mod tests {
             bad(serde_json::json!([{"name": "v", "mountPath": "/x", "subPathExpr": "$(NOPE)"}])),
             "missing value for NOPE"
         );
+        super::super::emptydir::unmount_under(&pod_dir);
+        assert!(!super::super::emptydir::is_mount_point(&bound(4)));
     }
 }

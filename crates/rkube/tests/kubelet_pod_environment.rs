@@ -2,8 +2,9 @@
 //! checks them (issue 26 items 2 and 3): `id` for runAsUser/runAsGroup/fsGroup/supplementalGroups,
 //! `/proc/self/status` for NoNewPrivs, CapEff and Seccomp, a write to a read-only root filesystem,
 //! runAsNonRoot refused for a root image, an unsafe sysctl rejected (`SysctlForbidden`) and a safe
-//! one set, Service variables and `$(VAR)` expansion, `/etc/hosts`, the host name, and termination
-//! messages (file and `FallbackToLogsOnError`). One node; all pods start together.
+//! one set, privileged, a Localhost seccomp profile, Service variables, `envFrom` and optional refs,
+//! `$(VAR)` expansion, `/etc/hosts`, the host name, and termination messages (file and
+//! `FallbackToLogsOnError`). One node; all pods start together.
 //!
 //! Needs root, containerd, runc, the CNI plugins and `scripts/images.sh`'s busybox (as `kubelet.rs`).
 
@@ -16,7 +17,7 @@ use std::time::Duration;
 use real_node::{container_status, RealNode};
 use serde_json::Value;
 
-const TIMEOUT: Duration = Duration::from_secs(120);
+const TIMEOUT: Duration = Duration::from_secs(180);
 
 const SERVICE: &str = "apiVersion: v1
 kind: Service
@@ -26,7 +27,18 @@ spec:
   ports:
   - {name: http, port: 80}
   - {name: dns, port: 53, protocol: UDP}
+---
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: cm
+data: {a: one, b: two}
 ";
+
+/// A Localhost seccomp profile (Docker's format, as containerd reads it): everything allowed but
+/// creating directories.
+const DENY_MKDIR: &str = r#"{"defaultAction": "SCMP_ACT_ALLOW",
+  "syscalls": [{"names": ["mkdir", "mkdirat"], "action": "SCMP_ACT_ERRNO"}]}"#;
 
 const PODS: &str = r#"apiVersion: v1
 kind: Pod
@@ -50,7 +62,18 @@ spec:
     securityContext:
       runAsUser: 0
       capabilities: {drop: [ALL], add: [NET_BIND_SERVICE]}
-    command: [sh, -c, 'echo "uid=$(id -u)"; grep -E "^(CapEff|NoNewPrivs|Seccomp):" /proc/self/status; if touch /probe 2>/dev/null; then echo rootfs=writable; else echo rootfs=readonly; fi']
+    command: [sh, -c, 'echo "uid=$(id -u)"; grep -E "^(CapEff|NoNewPrivs|Seccomp):" /proc/self/status; if touch /probe 2>/dev/null; then echo rootfs=writable; else echo rootfs=readonly; fi; if echo 1 2>/dev/null > /proc/sys/kernel/shm_rmid_forced; then echo procsys=writable; else echo procsys=readonly; fi']
+  - name: priv
+    image: busybox
+    imagePullPolicy: Never
+    securityContext: {runAsUser: 0, privileged: true}
+    command: [sh, -c, 'if echo 1 2>/dev/null > /proc/sys/kernel/shm_rmid_forced; then echo procsys=writable; else echo procsys=readonly; fi']
+  - name: local-seccomp
+    image: busybox
+    imagePullPolicy: Never
+    securityContext:
+      seccompProfile: {type: Localhost, localhostProfile: deny-mkdir.json}
+    command: [sh, -c, 'grep "^Seccomp:" /proc/self/status; if mkdir /tmp/d 2>/dev/null; then echo mkdir=allowed; else echo mkdir=denied; fi']
 ---
 apiVersion: v1
 kind: Pod
@@ -93,7 +116,12 @@ spec:
   - name: c
     image: busybox
     imagePullPolicy: Never
+    envFrom:
+    - configMapRef: {name: missing, optional: true}
+    - configMapRef: {name: cm}
+      prefix: CM_
     env:
+    - {name: OPTIONAL, valueFrom: {secretKeyRef: {name: missing, key: k, optional: true}}}
     - {name: GREETING, value: hello}
     - {name: MESSAGE, value: "$(GREETING) world $$(GREETING) $(UNDEFINED)"}
     - {name: SVC, value: "$(MY_SVC_SERVICE_HOST):$(MY_SVC_SERVICE_PORT_HTTP)"}
@@ -159,6 +187,9 @@ fn lines(log: &str) -> Vec<&str> {
 #[test]
 fn security_contexts_and_pod_environment() {
     let node = RealNode::start(&["busybox"]);
+    let seccomp = node.data.join("kubelet/seccomp");
+    std::fs::create_dir_all(&seccomp).unwrap();
+    std::fs::write(seccomp.join("deny-mkdir.json"), DENY_MKDIR).unwrap();
     // The Service exists before the pods, so their containers get its variables.
     node.apply(SERVICE);
     let svc_ip = node.kubectl(&["get", "svc", "my-svc", "-o", "jsonpath={.spec.clusterIP}"]);
@@ -202,7 +233,9 @@ fn security_contexts_and_pod_environment() {
 
     // Users, groups, no_new_privs, seccomp, capabilities, read-only root.
     let sec = wait(&node, "sec", "both containers terminated", |p| {
-        terminated(p, "c") && terminated(p, "caps")
+        ["c", "caps", "priv", "local-seccomp"]
+            .iter()
+            .all(|c| terminated(p, c))
     });
     let out = node.log(&sec, "c", 0);
     let out = lines(&out);
@@ -224,6 +257,13 @@ fn security_contexts_and_pod_environment() {
     assert!(out.contains(&"NoNewPrivs:\t0"), "{out:?}");
     assert!(out.contains(&"Seccomp:\t0"), "{out:?}");
     assert!(out.contains(&"rootfs=writable"), "{out:?}");
+    assert!(out.contains(&"procsys=readonly"), "{out:?}");
+    // Privileged: /proc/sys is not read-only (and all capabilities).
+    let out = node.log(&sec, "priv", 0);
+    assert_eq!(lines(&out), ["procsys=writable"], "{out}");
+    // A Localhost profile from <root-dir>/seccomp.
+    let out = node.log(&sec, "local-seccomp", 0);
+    assert_eq!(lines(&out), ["Seccomp:\t2", "mkdir=denied"], "{out}");
 
     // The environment, the host name, /etc/hosts, a safe sysctl, the termination message file.
     let env = wait(&node, "env", "Succeeded", |p| {
@@ -240,6 +280,8 @@ fn security_contexts_and_pod_environment() {
     let out = lines(&log);
     for want in [
         "arg=hello".to_string(),
+        "CM_a=one".to_string(),
+        "CM_b=two".to_string(),
         "GREETING=hello".to_string(),
         "MESSAGE=hello world $(GREETING) $(UNDEFINED)".to_string(),
         format!("SVC={svc_ip}:80"),
@@ -265,6 +307,8 @@ fn security_contexts_and_pod_environment() {
     ] {
         assert!(out.contains(&want.as_str()), "{want:?} not in:\n{log}");
     }
+    // An optional key of a missing Secret: no variable.
+    assert!(!log.contains("OPTIONAL="), "{log}");
 
     // Without service links: the API server's Service only; the kernel host name is the FQDN.
     let nolinks = wait(&node, "nolinks", "Succeeded", |p| {

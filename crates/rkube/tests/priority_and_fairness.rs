@@ -122,16 +122,25 @@ fn a_flooding_user_gets_429s_while_the_admin_is_served() {
         std::thread::sleep(Duration::from_millis(200));
     }
 
-    // Flood from another thread while the admin asks.
+    // Flood from another thread while the admin asks. A round whose requests happen not to overlap
+    // (a client starved of CPU on a busy machine sends them one by one) has no refusal: up to
+    // three rounds.
     let flood_paths = vec![list_path.clone(); 600];
-    let (answers, admin_took) = std::thread::scope(|s| {
-        let flood = s.spawn(|| curl(&c, &flood_paths, 40));
-        std::thread::sleep(Duration::from_millis(300));
-        let started = Instant::now();
-        c.kubectl(&["get", "configmaps", "-n", "flood", "cm-1"]);
-        let took = started.elapsed();
-        (flood.join().unwrap(), took)
-    });
+    let mut rounds = 0;
+    let (answers, admin_took) = loop {
+        rounds += 1;
+        let (answers, admin_took) = std::thread::scope(|s| {
+            let flood = s.spawn(|| curl(&c, &flood_paths, 40));
+            std::thread::sleep(Duration::from_millis(300));
+            let started = Instant::now();
+            c.kubectl(&["get", "configmaps", "-n", "flood", "cm-1"]);
+            let took = started.elapsed();
+            (flood.join().unwrap(), took)
+        });
+        if rounds == 3 || answers.iter().any(|l| l.starts_with("429 ")) {
+            break (answers, admin_took);
+        }
+    };
     assert_eq!(
         answers.len(),
         600,
@@ -141,7 +150,11 @@ fn a_flooding_user_gets_429s_while_the_admin_is_served() {
     let ok = answers.iter().filter(|l| l.starts_with("200 ")).count();
     let refused: Vec<&String> = answers.iter().filter(|l| l.starts_with("429 ")).collect();
     assert!(ok > 0, "some LISTs ran");
-    assert!(!refused.is_empty(), "no 429 in {answers:?}");
+    assert!(
+        !refused.is_empty(),
+        "no 429 in {rounds} rounds; the last: {:?}",
+        &answers[..answers.len().min(40)]
+    );
     assert_eq!(ok + refused.len(), answers.len(), "{answers:?}");
     for line in &refused {
         // Retry-After in whole seconds, and the PF headers on the refusal too.

@@ -147,6 +147,21 @@ spec:
 apiVersion: v1
 kind: Pod
 metadata:
+  name: hostnet
+spec:
+  restartPolicy: Never
+  hostNetwork: true
+  hostAliases:
+  - {ip: 10.9.8.6, hostnames: [hostnet-alias]}
+  containers:
+  - name: c
+    image: busybox
+    imagePullPolicy: Never
+    command: [cat, /etc/hosts]
+---
+apiVersion: v1
+kind: Pod
+metadata:
   name: fallback
 spec:
   restartPolicy: Never
@@ -323,6 +338,20 @@ fn security_contexts_and_pod_environment() {
     assert!(
         log.contains("hostname=fqdn.web.default.svc.cluster.local\n"),
         "{log}"
+    );
+
+    // A host-network pod: the node's /etc/hosts under the host-network header (so not
+    // "kubelet-managed" in upstream's conformance sense), with its aliases.
+    let hostnet = wait(&node, "hostnet", "Succeeded", |p| {
+        p["status"]["phase"] == "Succeeded" || p["status"]["phase"] == "Failed"
+    });
+    let log = node.log(&hostnet, "c", 0);
+    let node_hosts = std::fs::read_to_string("/etc/hosts").unwrap_or_default();
+    assert_eq!(
+        log,
+        format!(
+            "# Kubernetes-managed hosts file (host network).\n{node_hosts}\n# Entries added by HostAliases.\n10.9.8.6\thostnet-alias\n"
+        )
     );
 
     // FallbackToLogsOnError: a failed container with no message file content reports its log's tail.

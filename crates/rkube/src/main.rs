@@ -1,5 +1,6 @@
 //! `rkube`: Kubernetes, rebuilt in Rust. One binary whose subcommands are the Kubernetes components.
 
+mod apiserver;
 mod bench;
 mod cluster_info;
 mod controller_flags;
@@ -28,13 +29,15 @@ struct Cli {
     command: Command,
 }
 
+// Parsed once at start and moved into its subcommand: the variants' sizes do not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
     /// Every component in one process (API server, controller manager, scheduler, a local kubelet when
     /// containerd is installed, simulated nodes on request) on an embedded store, like k3s.
     Server(serve::ServeArgs),
-    /// The Kubernetes API server.
-    Apiserver(serve::ServeArgs),
+    /// The Kubernetes API server alone (upstream kube-apiserver); several can share one etcd.
+    Apiserver(apiserver::ApiserverArgs),
     /// The controller manager: the controllers that make objects so.
     ControllerManager(controller_manager::ControllerManagerArgs),
     /// The scheduler: binds pending pods to nodes.
@@ -149,7 +152,8 @@ fn main() -> std::process::ExitCode {
     };
     let result = runtime.block_on(async {
         match cli.command {
-            Command::Server(args) | Command::Apiserver(args) => serve::run(args).await,
+            Command::Server(args) => serve::run(args).await,
+            Command::Apiserver(args) => apiserver::run(args).await,
             Command::Sim(args) => sim::run(args).await,
             Command::Kubelet(args) => kubelet::run(args).await,
             Command::Scheduler(args) => run_scheduler(args).await,

@@ -270,6 +270,11 @@ async fn handle(
         return audited(audit, response::error_response(&ApiError::unauthorized())).await;
     };
     let mut audit = api.audit.as_ref().map(|a| a.begin(&user, &req, peer));
+    if audit.as_ref().is_some_and(audit::RequestAudit::rejected) {
+        // `--audit-webhook-mode=blocking-strict`: a request that cannot be audited is not served.
+        let error = ApiError::internal("failed to store audit event");
+        return audited(audit, response::error_response(&error)).await;
+    }
     let resp = handle_authenticated(api, user, path, req, &mut audit).await;
     audited(audit, resp).await
 }

@@ -162,8 +162,9 @@ pub struct AuditFlags {
     /// Kubeconfig naming the server audit events are POSTed to (as `audit.k8s.io/v1` EventLists).
     #[arg(long)]
     pub audit_webhook_config_file: Option<PathBuf>,
-    /// `batch` (buffered, sent off the request path) or `blocking` (each request waits for its
-    /// event's POST).
+    /// `batch` (buffered, sent off the request path), `blocking` (each request waits for its
+    /// event's POST) or `blocking-strict` (as blocking, and a request whose RequestReceived event
+    /// is not delivered fails with 500).
     #[arg(long, default_value = "batch")]
     pub audit_webhook_mode: apiserver::audit::WebhookMode,
     /// Events the webhook's batch buffer holds; past it events are dropped and counted.

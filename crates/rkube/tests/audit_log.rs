@@ -12,7 +12,9 @@
 //! - the same server also has the webhook backend (`--audit-webhook-config-file`, a kubeconfig
 //!   naming a receiver on a loopback port started by the test): the receiver gets
 //!   `audit.k8s.io/v1` EventLists holding the same events (log and webhook together, upstream's
-//!   union backend).
+//!   union backend);
+//! - with `--audit-webhook-mode blocking-strict`, a request whose event the receiver refuses is
+//!   answered 500 "failed to store audit event"; once the receiver takes events it is served.
 
 mod support;
 
@@ -312,11 +314,71 @@ fn the_audit_log_records_user_verb_resource_and_code() {
     assert_eq!(hooked["responseStatus"]["code"], 403);
 }
 
+#[test]
+fn blocking_strict_refuses_requests_it_cannot_audit() {
+    let files = tempfile::tempdir().expect("tempdir");
+    let policy = files.path().join("policy.yaml");
+    std::fs::write(
+        &policy,
+        "apiVersion: audit.k8s.io/v1\nkind: Policy\nrules:\n- level: Metadata\n",
+    )
+    .unwrap();
+    let webhook = Receiver::start();
+    webhook
+        .status
+        .store(403, std::sync::atomic::Ordering::SeqCst);
+    let webhook_config = files.path().join("audit-webhook.kubeconfig");
+    std::fs::write(&webhook_config, webhook.kubeconfig()).unwrap();
+    let c = Cluster::start_with(
+        Backend::Sqlite,
+        &[
+            "--audit-policy-file",
+            policy.to_str().unwrap(),
+            "--audit-webhook-config-file",
+            webhook_config.to_str().unwrap(),
+            "--audit-webhook-mode",
+            "blocking-strict",
+        ],
+    );
+    let refused = c.kubectl_output(
+        &["get", "--raw", "/api/v1/namespaces/default/configmaps"],
+        None,
+    );
+    assert!(!refused.status.success());
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("failed to store audit event"), "{stderr}");
+
+    webhook
+        .status
+        .store(200, std::sync::atomic::Ordering::SeqCst);
+    c.kubectl(&["get", "configmaps"]);
+    // Sent before the answer, one event per POST.
+    let posted = webhook.events();
+    assert!(
+        posted
+            .iter()
+            .any(|e| e["verb"] == "list" && e["stage"] == "ResponseComplete"),
+        "{posted:#?}"
+    );
+    assert!(webhook
+        .lists()
+        .iter()
+        .all(|l| l["items"].as_array().map(Vec::len) == Some(1)));
+    let metrics = c.kubectl(&["get", "--raw", "/metrics"]);
+    let rejected = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("apiserver_audit_requests_rejected_total "))
+        .and_then(|n| n.parse::<u64>().ok());
+    assert!(rejected.is_some_and(|n| n >= 1), "{rejected:?}");
+}
+
 /// An audit webhook receiver on a loopback port: plain HTTP/1.1, one request per connection
 /// (rkube's webhook client opens one per POST), every body kept.
 struct Receiver {
     port: u16,
     bodies: std::sync::Arc<std::sync::Mutex<Vec<Value>>>,
+    /// The status answered (200 unless a test changes it).
+    status: std::sync::Arc<std::sync::atomic::AtomicU16>,
 }
 
 impl Receiver {
@@ -326,6 +388,8 @@ impl Receiver {
         let port = listener.local_addr().unwrap().port();
         let bodies = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
         let kept = bodies.clone();
+        let status = std::sync::Arc::new(std::sync::atomic::AtomicU16::new(200));
+        let answer = status.clone();
         std::thread::spawn(move || {
             for conn in listener.incoming() {
                 let Ok(conn) = conn else { continue };
@@ -342,17 +406,23 @@ impl Receiver {
                     }
                 }
                 let mut body = vec![0; length];
-                if reader.read_exact(&mut body).is_ok() {
+                let code = answer.load(std::sync::atomic::Ordering::SeqCst);
+                if reader.read_exact(&mut body).is_ok() && code == 200 {
                     if let Ok(v) = serde_json::from_slice(&body) {
                         kept.lock().unwrap().push(v);
                     }
                 }
                 let _ = reader.get_mut().write_all(
-                    b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                    format!("HTTP/1.1 {code} X\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+                        .as_bytes(),
                 );
             }
         });
-        Receiver { port, bodies }
+        Receiver {
+            port,
+            bodies,
+            status,
+        }
     }
 
     fn kubeconfig(&self) -> String {

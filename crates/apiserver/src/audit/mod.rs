@@ -7,8 +7,7 @@
 //!
 //! With auditing off (`Config::audit` unset) the server holds no [`Auditor`] and no request does
 //! any audit work. Not built: the log backend's `batch`/`blocking` modes and their
-//! `--audit-log-batch-*` flags, `--audit-webhook-mode=blocking-strict`, the `--audit-*-truncate-*`
-//! flags, `--audit-log-maxage`, `--audit-log-compress`, `--audit-log-format legacy`, dynamic
+//! `--audit-log-batch-*` flags, the `--audit-*-truncate-*` flags, `--audit-log-maxage`, `--audit-log-compress`, `--audit-log-format legacy`, dynamic
 //! (API-configured) policy.
 
 pub mod buffered;
@@ -33,6 +32,8 @@ pub enum WebhookMode {
     Batch,
     /// Each event is sent while its request waits.
     Blocking,
+    /// As blocking, and a request whose `RequestReceived` event cannot be sent fails (500).
+    BlockingStrict,
 }
 
 impl std::str::FromStr for WebhookMode {
@@ -41,7 +42,7 @@ impl std::str::FromStr for WebhookMode {
         match s {
             "batch" => Ok(WebhookMode::Batch),
             "blocking" => Ok(WebhookMode::Blocking),
-            "blocking-strict" => Err("--audit-webhook-mode=blocking-strict is not supported by rkube (use blocking or batch)".into()),
+            "blocking-strict" => Ok(WebhookMode::BlockingStrict),
             _ => Err(format!("invalid audit webhook mode {s:?}, allowed modes are \"batch\", \"blocking\", \"blocking-strict\"")),
         }
     }
@@ -76,15 +77,28 @@ pub struct Config {
 pub(crate) enum Backend {
     Log(log::LogBackend),
     Webhook(buffered::Buffered),
-    BlockingWebhook(webhook::BlockingWebhook, Arc<webhook::Webhook>),
+    /// `strict`: a failed POST is reported (upstream's blocking-strict); otherwise ignored, as
+    /// upstream's blocking mode wraps the webhook in an errors-ignoring backend.
+    BlockingWebhook {
+        sender: webhook::BlockingWebhook,
+        webhook: Arc<webhook::Webhook>,
+        strict: bool,
+    },
 }
 
 impl Backend {
-    fn process(&self, event: Event) {
+    /// False when the event was not recorded and the backend says so (only blocking-strict).
+    fn process(&self, event: Event) -> bool {
         match self {
-            Backend::Log(b) => b.process(event),
-            Backend::Webhook(b) => b.process(event),
-            Backend::BlockingWebhook(b, _) => b.process(event),
+            Backend::Log(b) => {
+                b.process(event);
+                true
+            }
+            Backend::Webhook(b) => {
+                b.process(event);
+                true
+            }
+            Backend::BlockingWebhook { sender, strict, .. } => sender.process(event) || !strict,
         }
     }
 
@@ -92,7 +106,9 @@ impl Backend {
         match self {
             Backend::Log(b) => ("log", b.errors()),
             Backend::Webhook(b) => ("webhook", b.errors()),
-            Backend::BlockingWebhook(_, w) => ("webhook", w.errors.load(Ordering::Relaxed)),
+            Backend::BlockingWebhook { webhook, .. } => {
+                ("webhook", webhook.errors.load(Ordering::Relaxed))
+            }
         }
     }
 }
@@ -102,6 +118,8 @@ impl Backend {
 pub(crate) struct Backends {
     list: Vec<Backend>,
     events: AtomicU64,
+    /// Requests failed because their `RequestReceived` event could not be recorded.
+    rejected: AtomicU64,
 }
 
 impl Backends {
@@ -109,20 +127,32 @@ impl Backends {
         Backends {
             list,
             events: AtomicU64::new(0),
+            rejected: AtomicU64::new(0),
         }
     }
 
-    pub(crate) fn process(&self, event: Event) {
+    /// Every backend gets the event; false when one of them reports it lost (as upstream's
+    /// union backend).
+    pub(crate) fn process(&self, event: Event) -> bool {
         self.events.fetch_add(1, Ordering::Relaxed);
-        if let [only] = self.list.as_slice() {
-            return only.process(event);
-        }
+        let mut ok = true;
+        let last = self.list.len().saturating_sub(1);
+        let mut event = Some(event);
         for (i, b) in self.list.iter().enumerate() {
-            if i + 1 == self.list.len() {
-                return b.process(event);
+            let this = if i == last {
+                event.take()
+            } else {
+                event.clone()
+            };
+            if let Some(e) = this {
+                ok &= b.process(e);
             }
-            b.process(event.clone());
         }
+        ok
+    }
+
+    pub(crate) fn note_rejected(&self) {
+        self.rejected.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Upstream's audit counters, for `/metrics`.
@@ -135,12 +165,19 @@ impl Backends {
              # TYPE apiserver_audit_error_total counter\n",
             self.events.load(Ordering::Relaxed),
         );
+        let rejected = format!(
+            "# HELP apiserver_audit_requests_rejected_total [ALPHA] Counter of apiserver requests rejected due to an error in audit logging backend.\n\
+             # TYPE apiserver_audit_requests_rejected_total counter\n\
+             apiserver_audit_requests_rejected_total {}\n",
+            self.rejected.load(Ordering::Relaxed)
+        );
         for b in &self.list {
             let (plugin, n) = b.plugin_errors();
             out.push_str(&format!(
                 "apiserver_audit_error_total{{plugin=\"{plugin}\"}} {n}\n"
             ));
         }
+        out.push_str(&rejected);
         out
     }
 }
@@ -172,9 +209,11 @@ impl Auditor {
                 WebhookMode::Batch => {
                     Backend::Webhook(buffered::Buffered::start(hook, w.batch.clone())?)
                 }
-                WebhookMode::Blocking => {
-                    Backend::BlockingWebhook(webhook::BlockingWebhook::start(hook.clone())?, hook)
-                }
+                WebhookMode::Blocking | WebhookMode::BlockingStrict => Backend::BlockingWebhook {
+                    sender: webhook::BlockingWebhook::start(hook.clone())?,
+                    webhook: hook,
+                    strict: w.mode == WebhookMode::BlockingStrict,
+                },
             });
         }
         if list.is_empty() {

@@ -42,6 +42,9 @@ pub struct AdmissionAnnotations(pub Vec<(String, String)>);
 pub struct RequestAudit {
     id: HeaderValue,
     pending: Option<Box<Pending>>,
+    /// The `RequestReceived` event could not be recorded and the backend asks for the request to
+    /// fail (`--audit-webhook-mode=blocking-strict`).
+    rejected: bool,
 }
 
 struct Pending {
@@ -135,7 +138,11 @@ impl super::Auditor {
         let described = describe(req);
         let decision = decide(&self.policy, user, &described, req.uri().path());
         if decision.level == Level::None {
-            return RequestAudit { id, pending: None };
+            return RequestAudit {
+                id,
+                pending: None,
+                rejected: false,
+            };
         }
         let long_running = described.verb == "watch"
             || described.resource.as_ref().is_some_and(|r| {
@@ -185,12 +192,14 @@ impl super::Auditor {
             failed_authentication,
             phase: Phase::Handling,
         };
-        if !failed_authentication {
-            pending.emit(Stage::RequestReceived);
+        let rejected = !failed_authentication && !pending.emit(Stage::RequestReceived);
+        if rejected {
+            self.backend.note_rejected();
         }
         RequestAudit {
             id,
             pending: Some(Box::new(pending)),
+            rejected,
         }
     }
 }
@@ -285,6 +294,12 @@ fn auth_methods<B>(req: &Request<B>) -> String {
 }
 
 impl RequestAudit {
+    /// Whether the request must fail because its `RequestReceived` event could not be recorded
+    /// (upstream's `blocking-strict`; answered 500 "failed to store audit event").
+    pub fn rejected(&self) -> bool {
+        self.rejected
+    }
+
     /// The user the request acts as after impersonation headers were honoured.
     pub fn impersonated(&mut self, headers: &HeaderMap, user: &UserInfo) {
         let Some(p) = &mut self.pending else {
@@ -333,7 +348,7 @@ impl RequestAudit {
 
     /// Sets the `Audit-Id` header and writes the final event(s) for `resp`.
     pub async fn respond(self, mut resp: Response<Body>) -> Response<Body> {
-        let RequestAudit { id, pending } = self;
+        let RequestAudit { id, pending, .. } = self;
         if !id.is_empty() {
             resp.headers_mut().insert(AUDIT_ID_HEADER, id);
         }
@@ -396,13 +411,14 @@ impl Pending {
                 .is_some_and(|n| n <= MAX_RESPONSE_BODY)
     }
 
-    fn emit(&self, stage: Stage) {
+    /// False when a backend reports the event lost.
+    fn emit(&self, stage: Stage) -> bool {
         if self.omit.contains(stage) {
-            return;
+            return true;
         }
         let mut event = self.event.clone();
         stamp(&mut event, stage);
-        self.backend.process(event);
+        self.backend.process(event)
     }
 
     /// The last event: the record is moved, not copied.

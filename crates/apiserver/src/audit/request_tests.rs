@@ -334,3 +334,50 @@ fn source_ips_and_user_agents_as_upstream() {
     assert!(ua.ends_with("...TRUNCATED"));
     assert_eq!(ua.len(), 1024 + "...TRUNCATED".len());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blocking_strict_rejects_a_request_whose_event_is_lost() {
+    use crate::audit::webhook::{BlockingWebhook, Target, Webhook};
+    // Nothing listens on the receiver's port: every POST fails (after quick retries).
+    let dir = tempfile::tempdir().unwrap();
+    let kubeconfig = dir.path().join("webhook.kubeconfig");
+    std::fs::write(
+        &kubeconfig,
+        "clusters: [{name: x, cluster: {server: 'http://127.0.0.1:1/'}}]\n",
+    )
+    .unwrap();
+    let hook = Arc::new(Webhook::new(
+        Target::load(&kubeconfig).unwrap(),
+        std::time::Duration::from_millis(1),
+    ));
+    let auditor = |strict: bool| {
+        let (log, rx) = LogBackend::in_memory(100);
+        let webhook = Backend::BlockingWebhook {
+            sender: BlockingWebhook::start(hook.clone()).unwrap(),
+            webhook: hook.clone(),
+            strict,
+        };
+        let auditor = Auditor {
+            policy: Policy::parse(POLICY.as_bytes()).unwrap(),
+            backend: Arc::new(Backends::new(vec![Backend::Log(log), webhook])),
+        };
+        (auditor, rx)
+    };
+    let req = request("GET", "/api/v1/namespaces/default/pods");
+
+    let (strict, rx) = auditor(true);
+    assert!(strict.begin(&alice(), &req, peer()).rejected());
+    // The log still has the event; the refusal is counted.
+    assert_eq!(drain(&rx)[0]["stage"], "RequestReceived");
+    assert!(strict
+        .metrics()
+        .contains("apiserver_audit_requests_rejected_total 1\n"));
+    // (The dropped record's last event failed too.)
+    assert!(strict
+        .metrics()
+        .contains("apiserver_audit_error_total{plugin=\"webhook\"} 2\n"));
+
+    // Plain blocking ignores the failure.
+    let (blocking, _rx) = auditor(false);
+    assert!(!blocking.begin(&alice(), &req, peer()).rejected());
+}

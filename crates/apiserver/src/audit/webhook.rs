@@ -495,7 +495,7 @@ fn jittered(d: Duration) -> Duration {
 /// upstream. The POST runs on a thread of its own (with its own runtime), so the waiting request
 /// holds its worker through `block_in_place` rather than starving the server's runtime.
 pub struct BlockingWebhook {
-    tx: std::sync::mpsc::SyncSender<(Event, std::sync::mpsc::SyncSender<()>)>,
+    tx: std::sync::mpsc::SyncSender<(Event, std::sync::mpsc::SyncSender<bool>)>,
 }
 
 /// Requests waiting on the blocking sender at once; past it a request waits for a place.
@@ -505,7 +505,7 @@ const BLOCKING_IN_FLIGHT: usize = 64;
 
 impl BlockingWebhook {
     pub fn start(webhook: Arc<Webhook>) -> Result<BlockingWebhook, String> {
-        let (tx, rx) = std::sync::mpsc::sync_channel::<(Event, std::sync::mpsc::SyncSender<()>)>(
+        let (tx, rx) = std::sync::mpsc::sync_channel::<(Event, std::sync::mpsc::SyncSender<bool>)>(
             BLOCKING_QUEUE,
         );
         let rt = tokio::runtime::Builder::new_multi_thread()
@@ -524,8 +524,8 @@ impl BlockingWebhook {
                     };
                     let webhook = webhook.clone();
                     rt.spawn(async move {
-                        let _ = webhook.send(vec![event]).await;
-                        let _ = done.try_send(());
+                        let sent = webhook.send(vec![event]).await.is_ok();
+                        let _ = done.try_send(sent);
                         drop(permit);
                     });
                 }
@@ -534,20 +534,17 @@ impl BlockingWebhook {
         Ok(BlockingWebhook { tx })
     }
 
-    /// Sends the event and waits until the POST is done (delivered or given up).
-    pub fn process(&self, event: Event) {
+    /// Sends the event and waits until the POST is done: whether it was delivered.
+    pub fn process(&self, event: Event) -> bool {
         let (done_tx, done_rx) = std::sync::mpsc::sync_channel(1);
-        let wait = move || {
-            if self.tx.send((event, done_tx)).is_ok() {
-                let _ = done_rx.recv();
-            }
-        };
+        let wait =
+            move || self.tx.send((event, done_tx)).is_ok() && done_rx.recv().unwrap_or(false);
         let multi_thread = tokio::runtime::Handle::try_current()
             .is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
         if multi_thread {
-            tokio::task::block_in_place(wait);
+            tokio::task::block_in_place(wait)
         } else {
-            wait();
+            wait()
         }
     }
 }

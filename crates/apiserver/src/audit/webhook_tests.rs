@@ -215,3 +215,13 @@ async fn blocking_mode_waits_for_the_post() {
     assert_eq!(items.len(), 1);
     assert_eq!(items[0]["auditID"], "id-07");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blocking_mode_reports_whether_the_post_was_delivered() {
+    let (port, _got) = receiver(vec![403]).await;
+    let hook = Arc::new(Webhook::new(target(port), Duration::from_millis(10)));
+    let blocking = BlockingWebhook::start(hook.clone()).unwrap();
+    assert!(!blocking.process(event(1)), "refused");
+    assert!(blocking.process(event(2)), "delivered");
+    assert_eq!(hook.errors.load(Ordering::Relaxed), 1);
+}

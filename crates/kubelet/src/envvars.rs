@@ -188,48 +188,6 @@ pub fn field_ref(
     })
 }
 
-/// A `resourceFieldRef` value (upstream `ExtractContainerResourceValue`): requests/limits of cpu, memory
-/// or ephemeral-storage divided by `divisor` (rounded up); unset limits are the node's allocatable.
-pub fn resource_field_ref(
-    container: &Container,
-    resource: &str,
-    divisor: Option<&str>,
-    node_allocatable: &BTreeMap<String, String>,
-) -> Result<String, String> {
-    let (kind, name) = resource
-        .split_once('.')
-        .ok_or_else(|| format!("unsupported resource {resource:?}"))?;
-    let res = container.resources.as_ref();
-    let from = match kind {
-        "limits" => res.and_then(|r| r.limits.as_ref()),
-        "requests" => res.and_then(|r| r.requests.as_ref()),
-        _ => return Err(format!("unsupported resource {resource:?}")),
-    };
-    let raw = from
-        .and_then(|m| m.get(name))
-        .map(|q| q.0.clone())
-        .or_else(|| {
-            // Upstream: an unset limit is the node's allocatable; an unset request is the limit (or 0).
-            if kind == "limits" {
-                node_allocatable.get(name).cloned()
-            } else {
-                res.and_then(|r| r.limits.as_ref())
-                    .and_then(|m| m.get(name))
-                    .map(|q| q.0.clone())
-            }
-        })
-        .unwrap_or_else(|| "0".into());
-    let milli = |q: &str| {
-        scheduler::framework::resources::parse_milli_quantity(q).map_err(|e| e.to_string())
-    };
-    let value = milli(&raw)?;
-    let divisor = milli(divisor.filter(|d| !d.is_empty()).unwrap_or("1"))?;
-    if divisor <= 0 {
-        return Err(format!("invalid divisor for {resource}"));
-    }
-    Ok(((value + divisor - 1) / divisor).to_string())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -359,8 +317,10 @@ mod tests {
         assert!(field_ref(&pod, "spec.bogus", "", &ips).is_err());
     }
 
+    /// The env var path shares the downward API volume's function (one place for divisors).
     #[test]
     fn resource_refs() {
+        use crate::volumes::downwardapi::container_resource_value as resource_field_ref;
         let c: Container = serde_json::from_value(serde_json::json!({
             "name": "c",
             "resources": {"limits": {"memory": "64Mi"}, "requests": {"cpu": "250m"}}
@@ -388,5 +348,10 @@ mod tests {
             "2"
         );
         assert!(resource_field_ref(&c, "bogus", None, &node).is_err());
+        // The API server stores an unset divisor as "0", which means 1.
+        assert_eq!(
+            resource_field_ref(&c, "limits.cpu", Some("0"), &node).unwrap(),
+            "2"
+        );
     }
 }

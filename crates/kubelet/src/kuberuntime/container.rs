@@ -165,7 +165,7 @@ pub async fn environment(ctx: &ContainerContext<'_>) -> Result<Vec<(String, Stri
             if let Some(f) = &source.field_ref {
                 envvars::field_ref(ctx.pod, &f.field_path, ctx.host_ip, ctx.pod_ips)?
             } else if let Some(r) = &source.resource_field_ref {
-                envvars::resource_field_ref(
+                crate::volumes::downwardapi::container_resource_value(
                     ctx.container,
                     &r.resource,
                     r.divisor.as_ref().map(|d| d.0.as_str()),

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Container, Pod, Service};
+use k8s_openapi::api::core::v1::{Pod, Service};
 
 /// upstream `makeEnvVariableName`: `my-svc` -> `MY_SVC`.
 fn env_name(s: &str) -> String {
@@ -191,6 +191,7 @@ pub fn field_ref(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::api::core::v1::Container;
 
     #[test]
     fn expansion_follows_upstream() {

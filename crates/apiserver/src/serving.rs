@@ -106,7 +106,10 @@ fn http_builder(options: &ServingOptions) -> auto::Builder<TokioExecutor> {
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(options.read_header_timeout)
+        // hyper's header timer also runs while a kept-alive connection waits for its next request,
+        // which would make the header timeout its idle timeout: [`Activity`] times heads instead,
+        // from their first byte.
+        .header_read_timeout(None)
         // The read buffer bounds the request line and headers (431 past it).
         .max_buf_size(MAX_HEADER_BYTES);
     let streams = options.http2_streams();
@@ -245,7 +248,7 @@ async fn serve_connection(
         .peer_certificates()
         .and_then(|certs| certs.first())
         .and_then(authn::user_from_certificate);
-    let activity = Activity::new();
+    let activity = Activity::new(!h2);
     let service = {
         let activity = activity.clone();
         hyper::service::service_fn(move |req| {
@@ -264,7 +267,11 @@ async fn serve_connection(
         })
     };
     // Upgrades: exec, attach, port-forward and proxied WebSockets switch protocols.
-    let conn = builder.serve_connection_with_upgrades(TokioIo::new(tls), service);
+    let io = Watched {
+        inner: tls,
+        activity: activity.clone(),
+    };
+    let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
     tokio::pin!(conn);
     // Until its first request a connection has the header timeout, as Go's; HTTP/2 ones (whose
     // clients may open them ahead of use) have the idle timeout.
@@ -278,7 +285,11 @@ async fn serve_connection(
                 }
                 return;
             }
-            _ = activity.idle(first, idle_timeout), if !closing => {
+            expired = activity.idle(first, header_timeout, idle_timeout), if !closing => {
+                if expired == Expired::Head {
+                    tracing::debug!(%peer, "a request head did not arrive within the header timeout");
+                    return;
+                }
                 tracing::debug!(%peer, "closing an idle connection");
                 conn.as_mut().graceful_shutdown();
                 closing = true;
@@ -302,15 +313,31 @@ struct ActivityState {
     active: usize,
     since: Instant,
     served: bool,
+    /// HTTP/1: when the first byte of a request head came (none in flight then); cleared when
+    /// the request is dispatched.
+    head_started: Option<Instant>,
+    /// Whether heads are timed (not on HTTP/2, whose frames flow between requests).
+    time_heads: bool,
+}
+
+/// Why [`Activity::idle`] returned.
+#[derive(Debug, PartialEq, Eq)]
+enum Expired {
+    /// A request head started and did not finish in time.
+    Head,
+    /// Nothing in flight or arriving for the idle timeout.
+    Idle,
 }
 
 impl Activity {
-    fn new() -> Arc<Activity> {
+    fn new(time_heads: bool) -> Arc<Activity> {
         Arc::new(Activity {
             state: Mutex::new(ActivityState {
                 active: 0,
                 since: Instant::now(),
                 served: false,
+                head_started: None,
+                time_heads,
             }),
             changed: Notify::new(),
         })
@@ -326,26 +353,45 @@ impl Activity {
             let mut state = self.lock();
             state.active += 1;
             state.served = true;
+            state.head_started = None;
         }
         self.changed.notify_waiters();
         ActiveGuard(self.clone())
     }
 
-    /// Resolves once no request has been in flight for `idle` (`first` before any request).
-    async fn idle(&self, first: Duration, idle: Duration) {
+    /// Bytes came from the client: with no request in flight, a request head has started.
+    fn received(&self) {
+        let mut state = self.lock();
+        if state.time_heads && state.active == 0 && state.head_started.is_none() {
+            state.head_started = Some(Instant::now());
+            drop(state);
+            self.changed.notify_waiters();
+        }
+    }
+
+    /// Resolves once a started request head has taken longer than `head`, or no request has been
+    /// in flight for `idle` (`first` before any request).
+    async fn idle(&self, first: Duration, head: Duration, idle: Duration) -> Expired {
         loop {
             let notified = self.changed.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
             let deadline = {
                 let state = self.lock();
-                (state.active == 0).then(|| state.since + if state.served { idle } else { first })
+                match (state.active, state.head_started) {
+                    (0, Some(started)) => Some((started + head, Expired::Head)),
+                    (0, None) => Some((
+                        state.since + if state.served { idle } else { first },
+                        Expired::Idle,
+                    )),
+                    _ => None,
+                }
             };
             match deadline {
                 None => notified.await,
-                Some(deadline) => tokio::select! {
+                Some((deadline, why)) => tokio::select! {
                     _ = notified => {}
-                    _ = tokio::time::sleep_until(deadline) => return,
+                    _ = tokio::time::sleep_until(deadline) => return why,
                 },
             }
         }
@@ -364,6 +410,64 @@ impl Drop for ActiveGuard {
             }
         }
         self.0.changed.notify_waiters();
+    }
+}
+
+/// The connection's (decrypted) stream, telling [`Activity`] when bytes arrive.
+struct Watched<T> {
+    inner: T,
+    activity: Arc<Activity>,
+}
+
+impl<T: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Watched<T> {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let read = std::pin::Pin::new(&mut this.inner).poll_read(cx, buf);
+        if matches!(read, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            this.activity.received();
+        }
+        read
+    }
+}
+
+impl<T: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Watched<T> {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.get_mut().inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
     }
 }
 
@@ -400,11 +504,11 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_connection_is_idle_only_without_requests_in_flight() {
-        let activity = Activity::new();
+        let activity = Activity::new(true);
         let (first, idle) = (Duration::from_secs(32), Duration::from_secs(90));
         // No request yet: the first deadline.
         let started = tokio::time::Instant::now();
-        activity.idle(first, idle).await;
+        assert_eq!(activity.idle(first, first, idle).await, Expired::Idle);
         assert_eq!(started.elapsed(), first);
 
         let guard = activity.enter();
@@ -412,8 +516,8 @@ mod tests {
             let activity = activity.clone();
             async move {
                 let t = tokio::time::Instant::now();
-                activity.idle(first, idle).await;
-                t.elapsed()
+                let why = activity.idle(first, first, idle).await;
+                (why, t.elapsed())
             }
         });
         // A request in flight for 10 minutes holds the connection open.
@@ -421,12 +525,37 @@ mod tests {
         assert!(!waiting.is_finished());
         drop(guard);
         // Then the idle timeout counts from its end.
-        assert_eq!(waiting.await.unwrap(), Duration::from_secs(600) + idle);
+        assert_eq!(
+            waiting.await.unwrap(),
+            (Expired::Idle, Duration::from_secs(600) + idle)
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_request_head_is_timed_from_its_first_byte() {
+        let (head, idle) = (Duration::from_secs(32), Duration::from_secs(90));
+        let activity = Activity::new(true);
+        drop(activity.enter());
+        // Kept alive and quiet past the header timeout: still open (the idle timeout applies).
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        let t = tokio::time::Instant::now();
+        activity.received();
+        assert_eq!(activity.idle(head, head, idle).await, Expired::Head);
+        assert_eq!(t.elapsed(), head);
+
+        // Bytes of a request in flight (its body) start no head; HTTP/2 times no heads.
+        let guard = activity.enter();
+        activity.received();
+        assert_eq!(activity.lock().head_started, None);
+        drop(guard);
+        let h2 = Activity::new(false);
+        h2.received();
+        assert_eq!(h2.lock().head_started, None);
     }
 
     #[tokio::test]
     async fn a_tracked_body_counts_until_it_is_sent() {
-        let activity = Activity::new();
+        let activity = Activity::new(true);
         let body = Tracked {
             inner: http_body_util::Full::new(Bytes::from_static(b"ok")).boxed(),
             _guard: activity.enter(),

@@ -3,8 +3,8 @@
 //! can stop half-way through a header or stop reading a body):
 //!
 //! - a TCP client that never starts TLS, and a TLS client that sends half a header block, are
-//!   disconnected after `--read-header-timeout`, without an answer (an idle kept-alive HTTP/1.1
-//!   connection too);
+//!   disconnected after `--read-header-timeout`, without an answer, while a kept-alive connection
+//!   quiet for longer is still served;
 //! - past `--max-connections-per-ip` a connection from that address is closed at once while other
 //!   addresses are served, and a freed place can be taken again;
 //! - SIGTERM while a large LIST is being read slowly and a watch is open: `/readyz` fails with
@@ -298,20 +298,19 @@ fn slow_clients_are_disconnected(ctx: &Ctx) {
         "no answer to half a request: {:?}",
         String::from_utf8_lossy(&answered)
     );
-    // An idle HTTP/1.1 connection goes after the header timeout too (hyper times the wait for the
-    // next request's head from the end of the last response; upstream waits 90 s first).
-    assert!(kept.wait_closed().is_empty());
-    let kept_after = started.elapsed() - answered_at;
-    for (what, after) in [
-        ("TLS handshake", silent_after),
-        ("headers", half_after),
-        ("idle keep-alive", kept_after),
-    ] {
+    for (what, after) in [("TLS handshake", silent_after), ("headers", half_after)] {
         assert!(
             after >= HEADER_TIMEOUT - Duration::from_millis(200) && after < DEADLINE,
             "{what}: closed after {after:?}, the timeout being {HEADER_TIMEOUT:?}"
         );
     }
+    // A kept-alive connection quiet for longer than the header timeout is still served: the
+    // header timeout counts from a request's first byte, idleness has its own (90 s) timeout.
+    // (What this shows is that nothing happens for a while: the only wait here that is not for a
+    // condition, at most the remainder of one header timeout.)
+    let quiet = answered_at + HEADER_TIMEOUT + Duration::from_millis(500);
+    std::thread::sleep(quiet.saturating_sub(started.elapsed()));
+    assert_eq!(kept.call("GET", "/version", None).0, 200);
 }
 
 fn connections_over_the_per_address_limit_are_refused(ctx: &Ctx) {

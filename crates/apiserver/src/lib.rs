@@ -86,6 +86,9 @@ pub struct Config {
     /// `--service-account-key-file`: the PKCS#8 EC P-256 key tokens are signed with (default: one
     /// generated in `<data-dir>/pki/sa.key`).
     pub service_account_key_file: Option<PathBuf>,
+    /// `--service-account-key-file`: PEM files of more keys whose tokens are accepted (see
+    /// [`serviceaccount::jwt::load_verifying_keys`]).
+    pub service_account_public_key_files: Vec<PathBuf>,
     /// `--service-account-max-token-expiration` (zero: no cap).
     pub service_account_max_token_expiration: Duration,
     pub service_cluster_ip_range: String,
@@ -159,6 +162,7 @@ impl Config {
             service_account_issuer: serviceaccount::DEFAULT_ISSUER.into(),
             api_audiences: Vec::new(),
             service_account_key_file: None,
+            service_account_public_key_files: Vec::new(),
             service_account_max_token_expiration: Duration::ZERO,
             service_cluster_ip_range: "10.96.0.0/12".into(),
             compaction_interval: storage::compaction::DEFAULT_INTERVAL,
@@ -323,6 +327,13 @@ pub async fn start_member(
         .unwrap_or_else(|| config.data_dir.join("pki").join("sa.key"));
     let service_accounts = serviceaccount::Issuer {
         key: serviceaccount::jwt::SigningKey::load_or_generate(&key_file)?,
+        extra_keys: {
+            let mut keys = Vec::new();
+            for file in &config.service_account_public_key_files {
+                keys.extend(serviceaccount::jwt::load_verifying_keys(file)?);
+            }
+            keys
+        },
         issuer: config.service_account_issuer.clone(),
         api_audiences: if config.api_audiences.is_empty() {
             vec![config.service_account_issuer.clone()]

@@ -106,6 +106,10 @@ pub struct ApiServerFlags {
     /// <data-dir>/pki/sa.key). API servers of one cluster share it.
     #[arg(long)]
     pub service_account_signing_key_file: Option<PathBuf>,
+    /// PEM files (comma-separated or repeated) of more keys whose service account tokens are
+    /// accepted: EC P-256 `PUBLIC KEY` or `PRIVATE KEY` blocks (RSA keys are not supported).
+    #[arg(long, value_delimiter = ',')]
+    pub service_account_key_file: Vec<PathBuf>,
     /// Longest lifetime of a requested service account token (0: no cap).
     #[arg(long, default_value = "0s", value_parser = parse_duration)]
     pub service_account_max_token_expiration: Duration,
@@ -299,6 +303,7 @@ impl ApiServerFlags {
         config.service_account_issuer = self.service_account_issuer.clone();
         config.api_audiences = self.api_audiences.clone();
         config.service_account_key_file = self.service_account_signing_key_file.clone();
+        config.service_account_public_key_files = self.service_account_key_file.clone();
         config.service_account_max_token_expiration = self.service_account_max_token_expiration;
         config.service_cluster_ip_range = self.service_cluster_ip_range.clone();
         config.service_node_port_range = self.service_node_port_range;
@@ -456,6 +461,8 @@ mod tests {
             "--etcd-servers=http://127.0.0.1:2379",
             "--advertise-address=192.0.2.1",
             "--service-node-port-range=31000-31999",
+            "--service-account-key-file=a.pub,b.pub",
+            "--service-account-key-file=c.pub",
         ])
         .unwrap();
         assert!(
@@ -463,6 +470,7 @@ mod tests {
             "etcd with servers"
         );
         assert_eq!(c.service_node_port_range, (31000, 31999));
+        assert_eq!(c.service_account_public_key_files.len(), 3);
         assert_eq!(c.advertise_address, Some("192.0.2.1".parse().unwrap()));
         assert!(
             c.endpoint_reconciler.is_some(),

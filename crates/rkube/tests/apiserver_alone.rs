@@ -62,18 +62,18 @@ fn spawn(name: &'static str, mut cmd: Command, ready: Option<&'static str>) -> (
 }
 
 /// An `rkube apiserver` on `bind`:`port` advertising `advertise`, with short endpoint and identity
-/// timings; returns the process and its port.
+/// timings and `extra` flags; returns the process and its port.
 fn apiserver(
     name: &'static str,
     data_dir: &Path,
     etcd: &str,
-    bind: &str,
-    port: u16,
+    (bind, port): (&str, u16),
     advertise: &str,
+    extra: &[&str],
 ) -> (Proc, u16) {
     let dir = data_dir.to_str().expect("utf-8 path");
     let port_arg = port.to_string();
-    let cmd = rkube(&[
+    let mut cmd = rkube(&[
         "apiserver",
         "--data-dir",
         dir,
@@ -91,6 +91,7 @@ fn apiserver(
         // Short enough to see a dead server's Lease collected, long enough for a loaded machine.
         "--identity-lease-duration-seconds=4",
     ]);
+    cmd.args(extra);
     let (proc, line) = spawn(name, cmd, Some("rkube: serving on https://"));
     let addr = line.split(' ').next().unwrap_or_default();
     let port = addr
@@ -162,19 +163,29 @@ fn two_api_servers_on_one_etcd_with_separate_components() {
         "apiserver-a",
         dir_a.path(),
         &etcd.endpoint,
-        "127.0.0.1",
-        0,
+        ("127.0.0.1", 0),
         "192.0.2.1",
+        &[],
     );
     share_pki(dir_a.path(), dir_b.path());
+    // B signs service account tokens with a key of its own and accepts A's
+    // (--service-account-key-file takes A's private key file: its public half is used).
+    let own_key = dir_b.path().join("b-sa.key");
+    let a_key = dir_a.path().join("pki/sa.key");
+    let b_flags = [
+        "--service-account-signing-key-file",
+        own_key.to_str().expect("utf-8 path"),
+        "--service-account-key-file",
+        a_key.to_str().expect("utf-8 path"),
+    ];
     // The same port on another loopback address: the `kubernetes` endpoints have one port.
     let (mut server_b, _) = apiserver(
         "apiserver-b",
         dir_b.path(),
         &etcd.endpoint,
-        "127.0.0.2",
-        port,
+        ("127.0.0.2", port),
         "192.0.2.2",
+        &b_flags,
     );
     let kubeconfig_a: PathBuf = dir_a.path().join("admin.kubeconfig");
     let kubeconfig_b: PathBuf = dir_b.path().join("admin.kubeconfig");
@@ -294,6 +305,37 @@ fn two_api_servers_on_one_etcd_with_separate_components() {
         "the Deployment's pods bound to nodes, read through B",
         |t| t.lines().filter(|l| l.starts_with("sim-")).count() == 3,
     );
+    // A's service account tokens work on B (which has A's key besides its own); B's do not on A.
+    let token_a = kubectl_ok(&kubeconfig_a, &["create", "token", "default"]);
+    let token_b = kubectl_ok(&kubeconfig_b, &["create", "token", "default"]);
+    let raw_api = |server: &str, token: &str| {
+        Command::new("kubectl")
+            .args([
+                "--kubeconfig=/dev/null",
+                "--insecure-skip-tls-verify",
+                "--server",
+            ])
+            .arg(format!("https://{server}:{port}"))
+            .args(["--token", token, "get", "--raw", "/api"])
+            .env_remove("KUBERNETES_SERVICE_HOST")
+            .output()
+            .expect("kubectl is installed")
+    };
+    let on_b = raw_api("127.0.0.2", &token_a);
+    assert!(
+        on_b.status.success(),
+        "A's token on B: {}",
+        String::from_utf8_lossy(&on_b.stderr)
+    );
+    assert!(
+        raw_api("127.0.0.2", &token_b).status.success(),
+        "B's token on B"
+    );
+    let on_a = raw_api("127.0.0.1", &token_b);
+    assert!(
+        String::from_utf8_lossy(&on_a.stderr).contains("Unauthorized"),
+        "B's token on A: {on_a:?}"
+    );
     for lease in ["kube-controller-manager", "kube-scheduler"] {
         let holder = kubectl_ok(
             &kubeconfig_b,
@@ -355,9 +397,9 @@ fn two_api_servers_on_one_etcd_with_separate_components() {
         "apiserver-b2",
         dir_b.path(),
         &etcd.endpoint,
-        "127.0.0.2",
-        port,
+        ("127.0.0.2", port),
         "192.0.2.2",
+        &b_flags,
     );
     let expected = format!("{both} {port}");
     wait_for(&kubeconfig_a, &endpoints, "B back", |t| t == expected);

@@ -32,6 +32,9 @@ const LEEWAY_SECONDS: i64 = 60;
 /// The issuer's settings and key.
 pub struct Issuer {
     pub key: jwt::SigningKey,
+    /// `--service-account-key-file`: more keys whose tokens are accepted (other servers', rotated
+    /// ones).
+    pub extra_keys: Vec<jwt::VerifyingKey>,
     /// `--service-account-issuer`.
     pub issuer: String,
     /// `--api-audiences`: tokens for the API server carry one of these.
@@ -61,6 +64,28 @@ fn now() -> i64 {
 }
 
 impl Issuer {
+    /// The claims of a token signed by the signing key or one of the extra keys, or why not (the
+    /// signing key's reason when none verifies it).
+    pub fn verify_signature(&self, token: &str) -> Result<Value, &'static str> {
+        self.key.verify(token).or_else(|reason| {
+            self.extra_keys
+                .iter()
+                .find_map(|k| k.verify(token).ok())
+                .ok_or(reason)
+        })
+    }
+
+    /// Every key tokens are accepted from, the signing key first, each once.
+    pub fn verifying_keys(&self) -> Vec<jwt::VerifyingKey> {
+        let mut keys = vec![self.key.verifying_key()];
+        for k in &self.extra_keys {
+            if !keys.iter().any(|have| have.key_id == k.key_id) {
+                keys.push(k.clone());
+            }
+        }
+        keys
+    }
+
     /// A token for `subject`, valid for `expiration` seconds for `audiences`. Returns the token and
     /// its expiry (Unix seconds).
     pub fn issue(
@@ -107,7 +132,7 @@ pub fn authenticate(
     audiences: &[String],
 ) -> Result<(UserInfo, Vec<String>), String> {
     let issuer = &api.service_accounts;
-    let claims = issuer.key.verify(token).map_err(str::to_string)?;
+    let claims = issuer.verify_signature(token).map_err(str::to_string)?;
     if claims["iss"].as_str() != Some(issuer.issuer.as_str()) {
         return Err("token issued by another issuer".into());
     }
@@ -201,4 +226,35 @@ pub fn authenticate(
 pub(crate) fn cached(api: &ApiServer, storage: &str, key: &str) -> Option<Value> {
     let obj = api.caches.get(storage)?.get(key)?;
     serde_json::from_slice(&obj.json).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_of_extra_keys_are_accepted_and_published() {
+        let dir = tempfile::tempdir().unwrap();
+        let load = |name: &str| jwt::SigningKey::load_or_generate(&dir.path().join(name)).unwrap();
+        let (ours, theirs, stranger) = (load("a.key"), load("b.key"), load("c.key"));
+        let issuer = Issuer {
+            extra_keys: vec![theirs.verifying_key(), ours.verifying_key()],
+            key: ours,
+            issuer: DEFAULT_ISSUER.into(),
+            api_audiences: vec![DEFAULT_ISSUER.into()],
+            max_expiration: 0,
+        };
+        let claims = json!({"sub": "system:serviceaccount:default:x"});
+        let from_other_server = theirs.sign(&claims).unwrap();
+        assert_eq!(
+            issuer.verify_signature(&from_other_server).unwrap()["sub"],
+            "system:serviceaccount:default:x"
+        );
+        let forged = stranger.sign(&claims).unwrap();
+        assert_eq!(issuer.verify_signature(&forged), Err("invalid signature"));
+        let keys = issuer.verifying_keys();
+        assert_eq!(keys.len(), 2, "the signing key listed once");
+        assert_eq!(keys[0].key_id, issuer.key.key_id);
+        assert_eq!(oidc::jwks(&issuer)["keys"].as_array().unwrap().len(), 2);
+    }
 }

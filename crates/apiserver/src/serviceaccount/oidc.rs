@@ -23,5 +23,6 @@ pub fn configuration(issuer: &Issuer, external: &str) -> serde_json::Value {
 
 /// The key set.
 pub fn jwks(issuer: &Issuer) -> serde_json::Value {
-    json!({"keys": [issuer.key.jwk()]})
+    let keys: Vec<serde_json::Value> = issuer.verifying_keys().iter().map(|k| k.jwk()).collect();
+    json!({"keys": keys})
 }

@@ -7,6 +7,7 @@
 //!   quiet for longer is still served;
 //! - past `--max-connections-per-ip` a connection from that address is closed at once while other
 //!   addresses are served, and a freed place can be taken again;
+//! - a request whose body trickles in gets 504 `Timeout` after `--request-timeout`;
 //! - SIGTERM while a large LIST is being read slowly and a watch is open: `/readyz` fails with
 //!   `[-]shutdown failed` during `--shutdown-delay-duration`, then the listener closes while the LIST
 //!   goes on, the LIST completes, the watch ends cleanly and the process exits 0.
@@ -23,6 +24,8 @@ use support::{Backend, Cluster};
 const TOKEN: &str = "connection-limits-admin";
 const HEADER_TIMEOUT: Duration = Duration::from_secs(2);
 const SHUTDOWN_DELAY: Duration = Duration::from_secs(5);
+/// `--request-timeout`, which also bounds reading a request's body.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(8);
 /// Above what the server's own components (from 127.0.0.1) and this test hold at once.
 const PER_IP: usize = 16;
 /// Bound on every wait of the test.
@@ -259,6 +262,7 @@ fn slow_clients_connection_limits_and_graceful_shutdown() {
     let header_timeout = format!("--read-header-timeout={}s", HEADER_TIMEOUT.as_secs());
     let per_ip = format!("--max-connections-per-ip={PER_IP}");
     let delay = format!("--shutdown-delay-duration={}s", SHUTDOWN_DELAY.as_secs());
+    let request_timeout = format!("--request-timeout={}s", REQUEST_TIMEOUT.as_secs());
     let mut c = Cluster::start_with(
         Backend::Sqlite,
         &[
@@ -267,12 +271,38 @@ fn slow_clients_connection_limits_and_graceful_shutdown() {
             &header_timeout,
             &per_ip,
             &delay,
+            &request_timeout,
         ],
     );
     let ctx = Ctx::new(&c);
 
+    // A client trickling its body: the request ends within the request timeout (checked after
+    // the next two cases, which run meanwhile).
+    let mut trickling = ctx.connect();
+    trickling.send(
+        format!(
+            "POST /api/v1/namespaces/default/configmaps HTTP/1.1\r\nHost: 127.0.0.1\r\n\
+             Authorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\n\
+             Content-Length: 1000\r\n\r\n{{\"metadata\":"
+        )
+        .as_bytes(),
+    );
+    let trickle_started = Instant::now();
+
     slow_clients_are_disconnected(&ctx);
     connections_over_the_per_address_limit_are_refused(&ctx);
+
+    let head = trickling.head();
+    let waited = trickle_started.elapsed();
+    assert_eq!(head.status, 504);
+    let status: serde_json::Value =
+        serde_json::from_slice(&trickling.body(&head)).expect("a Status");
+    assert_eq!(status["reason"], "Timeout", "{status}");
+    assert!(
+        waited >= REQUEST_TIMEOUT - Duration::from_millis(200),
+        "answered after {waited:?}"
+    );
+
     sigterm_drains_and_exits_zero(&ctx, &mut c);
 }
 

@@ -29,7 +29,7 @@ if [ ${#packages[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${packages[@]}"
   $SUDO rm -f /usr/sbin/policy-rc.d
 fi
-etcd --version | head -n 1
+etcd --version | sed -n 1p  # sed reads it all: head could end first and SIGPIPE etcd (pipefail: 141)
 containerd --version
 # Images for the kubelet's tests, from Debian's packages (cached in target/images between runs).
 scripts/images.sh target/images

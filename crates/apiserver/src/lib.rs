@@ -146,6 +146,11 @@ pub struct Config {
     /// The lease endpoint reconciler ([`endpoint_reconciler`]); `None`: upstream's
     /// `--endpoint-reconciler-type=none`.
     pub endpoint_reconciler: Option<endpoint_reconciler::ReconcilerConfig>,
+    /// Also serve on this address inside this network namespace, on the same port, and advertise
+    /// it as the `kubernetes` endpoints (with the lease reconciler, default timings unless
+    /// [`Config::endpoint_reconciler`] says otherwise): `rkube server --nodes` serves the nodes'
+    /// pods at the control plane's address on their fabric, so in-cluster clients reach it.
+    pub serve_in_namespace: Option<(PathBuf, IpAddr)>,
 }
 
 impl Config {
@@ -189,6 +194,7 @@ impl Config {
             client_ca_file: None,
             identity_lease: None,
             endpoint_reconciler: None,
+            serve_in_namespace: None,
         }
     }
 }
@@ -358,8 +364,21 @@ pub async fn start_member(
         IpAddr::V6(a) => format!("[{a}]"),
         a => a.to_string(),
     };
+    let mut listeners = vec![listener];
+    if let Some((netns, ip)) = &config.serve_in_namespace {
+        let addr = SocketAddr::new(*ip, local.port());
+        let inside = httpstream::netns::bind_tcp(Some(netns), addr)
+            .map_err(|e| format!("cannot listen on {addr} in {}: {e}", netns.display()))?;
+        listeners.push(inside);
+    }
     let mut hosts = vec![config.bind_address.to_string()];
     hosts.extend(config.advertise_address.map(|a| a.to_string()));
+    hosts.extend(
+        config
+            .serve_in_namespace
+            .as_ref()
+            .map(|(_, ip)| ip.to_string()),
+    );
     let mut pki = certs::ensure(&config.data_dir, &hosts).map_err(|e| e.to_string())?;
     // The cluster's own credentials are only known to work when the generated CA issued them.
     let own_credentials = config.client_ca_file.is_none() && config.tls_cert_file.is_none();
@@ -452,7 +471,15 @@ pub async fn start_member(
         let name = identity::lease_name(&identity::hostname(), &format!("{me}:{}", local.port()));
         tokio::spawn(identity::run(api.clone(), identity_config.clone(), name));
     }
-    let reconciler = match (&config.endpoint_reconciler, advertised) {
+    // Serving pods in a namespace of their own, the endpoints name the address there.
+    let (endpoint_reconciler, advertised) = match &config.serve_in_namespace {
+        Some((_, ip)) => (
+            Some(config.endpoint_reconciler.clone().unwrap_or_default()),
+            Some(*ip),
+        ),
+        None => (config.endpoint_reconciler.clone(), advertised),
+    };
+    let reconciler = match (&endpoint_reconciler, advertised) {
         (Some(r), Some(ip)) if !ip.is_loopback() => Some(endpoint_reconciler::start(
             api.clone(),
             r.clone(),
@@ -475,7 +502,7 @@ pub async fn start_member(
     if own_credentials {
         certs::write_kubeconfig(&kubeconfig, &certs::admin_kubeconfig(&pki, &url))?;
     }
-    let running = server::serve(api, listener, &pki, compactor, &config.serving).await?;
+    let running = server::serve(api, listeners, &pki, compactor, &config.serving).await?;
     tracing::info!(%url, kubeconfig = %kubeconfig.display(), "rkube API server ready");
     Ok((running, reconciler))
 }

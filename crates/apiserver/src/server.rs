@@ -103,14 +103,20 @@ fn tls_config(pki: &Pki) -> Result<rustls::ServerConfig, String> {
     Ok(config)
 }
 
+/// Serves on `listeners` (the first one's address is [`Running::addr`]; each has its own accept
+/// loop and connection limits, and all drain together).
 pub async fn serve(
     api: Arc<ApiServer>,
-    listener: TcpListener,
+    listeners: Vec<TcpListener>,
     pki: &Pki,
     compactor: tokio::task::JoinHandle<()>,
     options: &ServingOptions,
 ) -> Result<Running, String> {
-    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let addr = listeners
+        .first()
+        .ok_or("no listener")?
+        .local_addr()
+        .map_err(|e| e.to_string())?;
     let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls_config(pki)?));
     let (phase, phase_rx) = tokio::sync::watch::channel(Phase::Serving);
     let handler_api = api.clone();
@@ -121,13 +127,21 @@ pub async fn serve(
             recover_panics(handle(&api, cert_user, peer, req), &what).await
         })
     });
-    let accept = tokio::spawn(serving::accept_loop(
-        listener,
-        acceptor,
-        options.clone(),
-        handler,
-        phase_rx,
-    ));
+    let loops: Vec<_> = listeners
+        .into_iter()
+        .map(|listener| {
+            serving::accept_loop(
+                listener,
+                acceptor.clone(),
+                options.clone(),
+                handler.clone(),
+                phase_rx.clone(),
+            )
+        })
+        .collect();
+    let accept = tokio::spawn(async move {
+        futures::future::join_all(loops).await;
+    });
     Ok(Running {
         addr,
         api,

@@ -91,6 +91,9 @@ impl ServeArgs {
         if let Some(fabric) = self.fabric()? {
             config.pod_network_namespace = Some(fabric.fabric_ns_path());
             config.kubelet.netns = Some(fabric.fabric_ns_path());
+            // Pods reach the API server through the `kubernetes` Service: it also listens at the
+            // control plane's fabric address, which the endpoints name.
+            config.serve_in_namespace = Some((fabric.fabric_ns_path(), fabric.gateway().into()));
         }
         Ok(config)
     }
@@ -120,7 +123,9 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
     // The components' work queue metrics are served on the API server's /metrics.
     let queues: apiserver::metrics::ExtraMetrics =
         std::sync::Arc::new(|| client::workqueue::MetricsRegistry::global().render());
-    let running = apiserver::start_with_metrics(args.config()?, Some(queues)).await?;
+    // With --nodes the server runs the endpoint reconciler for the nodes' pods: kept, to leave the
+    // `kubernetes` endpoints first when stopping.
+    let (running, reconciler) = apiserver::start_member(args.config()?, Some(queues)).await?;
     eprintln!(
         "rkube: serving on https://{} ; kubeconfig: {}",
         running.addr,
@@ -220,7 +225,7 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
         }
     }
     if let Some(fabric) = &fabric {
-        return run_nodes(&args, fabric, &kubelet_flags, proxied, running).await;
+        return run_nodes(&args, fabric, &kubelet_flags, proxied, running, reconciler).await;
     }
     let _local_node = if !args.disable_kubelet {
         let kubeconfig = args.api.data_dir.join("admin.kubeconfig");
@@ -251,7 +256,13 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
         _ => None,
     };
     // The API server's graceful shutdown first; the components go when this returns.
-    running.run_until_signalled().await;
+    running
+        .run_until_signalled_with(async move {
+            if let Some(r) = reconciler {
+                r.leave().await;
+            }
+        })
+        .await;
     Ok(())
 }
 
@@ -263,6 +274,7 @@ async fn run_nodes(
     kubelet_flags: &crate::kubelet::KubeletFlags,
     proxied: bool,
     running: apiserver::Running,
+    reconciler: Option<apiserver::endpoint_reconciler::Handle>,
 ) -> Result<(), String> {
     let kubeconfig = args.api.data_dir.join("admin.kubeconfig");
     let mut nodes = Vec::new();
@@ -299,7 +311,13 @@ async fn run_nodes(
         names,
     )));
     // The API server's graceful shutdown first; the components go when this returns.
-    running.run_until_signalled().await;
+    running
+        .run_until_signalled_with(async move {
+            if let Some(r) = reconciler {
+                r.leave().await;
+            }
+        })
+        .await;
     Ok(())
 }
 

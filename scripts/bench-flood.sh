@@ -9,7 +9,8 @@
 # lands in the same priority level as `flood` (global-default) but in another flow.
 #
 # Usage: scripts/bench-flood.sh [SECONDS=20] [TASKS=16] [WATCHERS=10000]  (build first: cargo build --release)
-# RKUBE_SERVER_FLAGS adds server flags, e.g. "--enable-priority-and-fairness=false".
+# RKUBE_SERVER_FLAGS adds server flags, e.g. "--enable-priority-and-fairness=false"; FLOOD_LEVEL=own
+# gives `flood` a priority level of its own (see below).
 set -euo pipefail
 seconds=${1:-20}
 tasks=${2:-16}
@@ -36,8 +37,35 @@ for user in flood probe; do
   kubectl config --kubeconfig "$kc" use-context "$user" >/dev/null
   for _ in $(seq 100); do kubectl --kubeconfig "$kc" get ns default >/dev/null 2>&1 && break; sleep 0.2; done
 done
+# FLOOD_LEVEL=own: a PriorityLevelConfiguration and FlowSchema of its own for `flood` (as an operator
+# would isolate a noisy client), instead of sharing global-default with `probe`.
+if [ "${FLOOD_LEVEL:-}" = own ]; then
+  kubectl apply -f - >/dev/null <<'LEVEL'
+apiVersion: v1
+kind: List
+items:
+- apiVersion: flowcontrol.apiserver.k8s.io/v1
+  kind: PriorityLevelConfiguration
+  metadata: {name: flood}
+  spec:
+    type: Limited
+    limited:
+      nominalConcurrencyShares: 10
+      limitResponse: {type: Queue, queuing: {queues: 16, handSize: 4, queueLengthLimit: 50}}
+- apiVersion: flowcontrol.apiserver.k8s.io/v1
+  kind: FlowSchema
+  metadata: {name: flood}
+  spec:
+    priorityLevelConfiguration: {name: flood}
+    matchingPrecedence: 500
+    distinguisherMethod: {type: ByUser}
+    rules:
+    - subjects: [{kind: User, user: {name: flood}}]
+      resourceRules: [{verbs: ["*"], apiGroups: ["*"], resources: ["*"], clusterScope: true, namespaces: ["*"]}]
+LEVEL
+fi
 flood=$dir/flood.kubeconfig
-echo "server pid $server_pid, commit $(git -C "$root" rev-parse --short HEAD), flags: ${RKUBE_SERVER_FLAGS:-none}"
+echo "server pid $server_pid, commit $(git -C "$root" rev-parse --short HEAD), flags: ${RKUBE_SERVER_FLAGS:-none}, flood level: ${FLOOD_LEVEL:-shared}"
 "$bin" bench api --kubeconfig "$KUBECONFIG" --server-pid "$server_pid" --scenarios flood \
   --flood-kubeconfig "$flood" --probe-kubeconfig "$dir/probe.kubeconfig" \
   --flood-seconds "$seconds" --flood-tasks "$tasks"

@@ -163,6 +163,10 @@ fn main() -> std::process::ExitCode {
             Command::Dns(args) => dns::run(args).await,
         }
     });
+    // Blocking tasks cannot be aborted (kube-proxy's sync runner is a loop on its own thread), and
+    // dropping the runtime would wait for them forever: a SIGTERMed `rkube server` drained its API
+    // server in milliseconds and then never exited. Give them a moment, then exit regardless.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(5));
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(e) => {

@@ -18,7 +18,7 @@ use crate::healthcheck::{health_check_node_ports, local_ready_endpoints, Service
 use crate::metrics::Metrics;
 use crate::nftables::rules::Config;
 use crate::proxier::{Cidr, Mode, Proxier, ProxyError};
-use crate::runner::BoundedFrequencyRunner;
+use crate::runner::{BoundedFrequencyRunner, StopOnDrop};
 use crate::server::{self, Serve};
 
 /// Options of `rkube proxy` (upstream kube-proxy flag names).
@@ -82,12 +82,24 @@ pub async fn run(client: kube::Client, opts: Options) -> Result<(), ProxyError> 
     // Services of another proxy implementation, and headless ones, are not ours (upstream's
     // label selector on the informers).
     let selector = "!service.kubernetes.io/service-proxy-name,!service.kubernetes.io/headless";
-    let factory =
-        SharedInformerFactory::new(client.clone(), InformerConfig::new().labels(selector));
-    let node_factory = SharedInformerFactory::new(
+    let factory = Arc::new(SharedInformerFactory::new(
+        client.clone(),
+        InformerConfig::new().labels(selector),
+    ));
+    let node_factory = Arc::new(SharedInformerFactory::new(
         client,
         InformerConfig::new().fields(format!("metadata.name={}", opts.hostname)),
-    );
+    ));
+    let stop = Arc::new(AtomicBool::new(false));
+    // When this future is dropped (rkube server's task aborted at shutdown) the sync loop's
+    // blocking thread and the informers stop too; before, the runtime waited on the thread.
+    let _guard = StopOnDrop::new(runner.clone(), stop.clone()).also({
+        let (f, n) = (factory.clone(), node_factory.clone());
+        move || {
+            f.shutdown();
+            n.shutdown();
+        }
+    });
     let notify = {
         let (runner, initialized, metrics) = (runner.clone(), initialized.clone(), metrics.clone());
         move |changed: bool| {
@@ -173,7 +185,6 @@ pub async fn run(client: kube::Client, opts: Options) -> Result<(), ProxyError> 
     // Upstream does not sync before Services and EndpointSlices are both known: a partial view
     // would briefly reject traffic to Services whose slices have not arrived.
     initialized.store(true, Ordering::SeqCst);
-    let stop = Arc::new(AtomicBool::new(false));
     let (r, p, s) = (runner.clone(), proxier.clone(), stop.clone());
     let retry = opts.sync_period;
     let healthy = {

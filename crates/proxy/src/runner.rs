@@ -4,10 +4,10 @@
 //! `retry_after` asks for a run no later than a given delay (a failed sync).
 //!
 //! Differs: a blocking loop on a thread of its own (the proxiers' syncs run commands and block)
-//! instead of a goroutine; stopping is a flag checked at each wake-up.
+//! instead of a goroutine; stopping is a flag checked at each wake-up, set by [`StopOnDrop`].
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 #[derive(Default)]
@@ -114,11 +114,45 @@ impl BoundedFrequencyRunner {
     }
 }
 
+/// Stops a [`BoundedFrequencyRunner::run_loop`] (and whatever else is registered with
+/// [`StopOnDrop::also`], e.g. informer factories) when dropped. The proxy's future awaits the
+/// loop's blocking thread; when that future is dropped (its task aborted at shutdown) nothing else
+/// would stop the thread, and the tokio runtime would wait for it forever at exit.
+pub struct StopOnDrop {
+    runner: Arc<BoundedFrequencyRunner>,
+    stop: Arc<AtomicBool>,
+    also: Vec<Box<dyn FnOnce() + Send>>,
+}
+
+impl StopOnDrop {
+    pub fn new(runner: Arc<BoundedFrequencyRunner>, stop: Arc<AtomicBool>) -> Self {
+        Self {
+            runner,
+            stop,
+            also: Vec::new(),
+        }
+    }
+
+    /// Runs `f` too when dropped.
+    pub fn also(mut self, f: impl FnOnce() + Send + 'static) -> Self {
+        self.also.push(Box::new(f));
+        self
+    }
+}
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.runner.stop(&self.stop);
+        for f in self.also.drain(..) {
+            f();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::sync::atomic::AtomicUsize;
-    use std::sync::Arc;
 
     fn wait_for(deadline: Duration, cond: impl Fn() -> bool) -> bool {
         let end = Instant::now() + deadline;
@@ -189,5 +223,28 @@ mod tests {
             == 1));
         r.stop(&stop);
         t.join().unwrap();
+    }
+
+    #[test]
+    fn dropping_the_guard_ends_the_loop() {
+        let r = Arc::new(BoundedFrequencyRunner::new(
+            Duration::ZERO,
+            Duration::from_secs(3600),
+            1,
+        ));
+        let stop = Arc::new(AtomicBool::new(false));
+        let also_ran = Arc::new(AtomicBool::new(false));
+        let guard = StopOnDrop::new(r.clone(), stop.clone()).also({
+            let a = also_ran.clone();
+            move || a.store(true, Ordering::SeqCst)
+        });
+        let (r2, s2) = (r.clone(), stop.clone());
+        let t = std::thread::spawn(move || r2.run_loop(&s2, || {}));
+        r.run();
+        drop(guard);
+        // The loop sleeps up to an hour unless the guard woke it.
+        assert!(wait_for(Duration::from_secs(2), || t.is_finished()));
+        t.join().unwrap();
+        assert!(also_ran.load(Ordering::SeqCst));
     }
 }

@@ -15,7 +15,7 @@ use k8s_openapi::api::networking::v1::NetworkPolicy;
 use super::model::{NamespaceInfo, PodInfo, Policy};
 use super::rules;
 use crate::exec::{Exec, ExecError};
-use crate::runner::BoundedFrequencyRunner;
+use crate::runner::{BoundedFrequencyRunner, StopOnDrop};
 
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -25,20 +25,6 @@ pub struct Options {
     pub sync_period: Duration,
     /// Where the table goes: the host, or the node's network namespace.
     pub exec: Exec,
-}
-
-/// Stops the sync loop and the informers when the agent's future is dropped (its task aborted).
-struct StopOnDrop {
-    runner: Arc<BoundedFrequencyRunner>,
-    stop: Arc<AtomicBool>,
-    factory: Arc<SharedInformerFactory>,
-}
-
-impl Drop for StopOnDrop {
-    fn drop(&mut self) {
-        self.runner.stop(&self.stop);
-        self.factory.shutdown();
-    }
 }
 
 /// Pods on one bridge reach each other without routing; only `br_netfilter` hands such frames
@@ -102,11 +88,11 @@ pub async fn run(client: kube::Client, opts: Options) {
     pods.add_event_handler(handlers::<Pod>(notify.clone()));
     namespaces.add_event_handler(handlers::<Namespace>(notify));
     let stop = Arc::new(AtomicBool::new(false));
-    let _guard = StopOnDrop {
-        runner: runner.clone(),
-        stop: stop.clone(),
-        factory: factory.clone(),
-    };
+    // Stops the sync loop and the informers when the agent's future is dropped (its task aborted).
+    let _guard = StopOnDrop::new(runner.clone(), stop.clone()).also({
+        let factory = factory.clone();
+        move || factory.shutdown()
+    });
     factory.start();
     factory.wait_for_cache_sync().await;
     // As kube-proxy: no table from a partial view (a pod seen before the policy isolating it,

@@ -5,6 +5,9 @@
 //! - `events.k8s.io/v1` Event <-> core `v1` Event (stored): `regarding` is `involvedObject`, `note` is
 //!   `message`, `reportingController` is `source`-less core's `reportingComponent`, and the
 //!   `deprecated*` fields are the core event's `source`, `firstTimestamp`, `lastTimestamp` and `count`.
+//! - `autoscaling/v1` HorizontalPodAutoscaler <-> `autoscaling/v2` (stored): [`hpa`].
+
+pub mod hpa;
 
 use serde_json::{Map, Value};
 
@@ -24,12 +27,16 @@ const EVENT_FIELDS: &[(&str, &str)] = &[
 pub fn stored_version(group: &str, version: &str, kind: &str) -> Option<&'static str> {
     match (group, version, kind) {
         ("events.k8s.io", "v1", "Event") => Some("v1"),
+        ("autoscaling", "v1", "HorizontalPodAutoscaler") => Some("autoscaling/v2"),
         _ => None,
     }
 }
 
 /// Converts a stored object into the served `api_version` (no change when it already is).
 pub fn to_served(obj: &mut Value, api_version: &str) {
+    if convert_hpa(obj, api_version) {
+        return;
+    }
     let from = obj.get("apiVersion").and_then(Value::as_str).unwrap_or("");
     if from == api_version {
         return;
@@ -49,6 +56,9 @@ pub fn to_served(obj: &mut Value, api_version: &str) {
 
 /// Converts a served object into its stored version.
 pub fn to_stored(obj: &mut Value, stored_api_version: &str) {
+    if convert_hpa(obj, stored_api_version) {
+        return;
+    }
     let from = obj.get("apiVersion").and_then(Value::as_str).unwrap_or("");
     if from == stored_api_version {
         return;
@@ -61,6 +71,19 @@ pub fn to_stored(obj: &mut Value, stored_api_version: &str) {
         rename(obj, EVENT_FIELDS.iter().copied());
         obj["apiVersion"] = Value::String(stored_api_version.into());
     }
+}
+
+/// HorizontalPodAutoscalers convert both ways between v1 and v2; true when `obj` was one.
+fn convert_hpa(obj: &mut Value, to: &str) -> bool {
+    if obj.get("kind").and_then(Value::as_str) != Some("HorizontalPodAutoscaler") {
+        return false;
+    }
+    match (obj.get("apiVersion").and_then(Value::as_str), to) {
+        (Some("autoscaling/v2"), "autoscaling/v1") => hpa::v2_to_v1(obj),
+        (Some("autoscaling/v1"), "autoscaling/v2") => hpa::v1_to_v2(obj),
+        _ => return false,
+    }
+    true
 }
 
 /// Renames top-level fields, keeping `apiVersion`, `kind`, `metadata` first.

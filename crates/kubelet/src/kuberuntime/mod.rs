@@ -7,6 +7,7 @@ pub mod admit;
 pub mod config;
 pub mod container;
 pub mod etc_hosts;
+pub mod pod_actions;
 pub mod security_context;
 pub mod status;
 

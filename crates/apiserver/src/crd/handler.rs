@@ -295,32 +295,67 @@ fn at_path<'a>(obj: &'a Value, path: &str) -> Option<&'a Value> {
     Some(cur)
 }
 
-/// A stored object as served in `version`: the stored version's defaults applied (upstream defaults
-/// on read from storage), then, when the version differs, `apiVersion` rewritten (the `None`
-/// conversion) and the object pruned to the served version's schema.
-pub fn to_served(info: &CrdInfo, version: &str, obj: &mut Value) {
-    let target = info.api_version(version);
-    let from = obj
-        .get("apiVersion")
-        .and_then(Value::as_str)
-        .and_then(|av| av.strip_prefix(&format!("{}/", info.group)))
-        .map(str::to_string);
-    if let Some(stored) = &from {
-        defaults::apply(obj, info.schema(stored));
+/// Stored objects as served in `version`: the stored version's defaults applied (upstream defaults
+/// on read from storage), then those in another version converted (the webhook's, or `None`'s
+/// `apiVersion` rewrite) and pruned to the served version's schema, as upstream's
+/// schema-coercing converter does after any conversion.
+pub async fn to_served(
+    api: &crate::ApiServer,
+    info: &CrdInfo,
+    version: &str,
+    objs: &mut [Value],
+) -> Result<(), ApiError> {
+    let prefix = format!("{}/", info.group);
+    for obj in objs.iter_mut() {
+        let stored = obj
+            .get("apiVersion")
+            .and_then(Value::as_str)
+            .and_then(|av| av.strip_prefix(&prefix))
+            .map(str::to_string);
+        if let Some(stored) = stored {
+            defaults::apply(obj, info.schema(&stored));
+        }
     }
-    if from.as_deref() != Some(version) {
-        obj["apiVersion"] = Value::String(target);
-        prune::prune(obj, info.schema(version));
-    }
+    convert(api, info, version, objs).await
 }
 
-/// A served object in the storage version (the `None` conversion), pruned to its schema.
-pub fn to_stored(info: &CrdInfo, obj: &mut Value) {
-    let target = info.api_version(&info.storage_version);
-    if obj.get("apiVersion").and_then(Value::as_str) != Some(target.as_str()) {
-        obj["apiVersion"] = Value::String(target);
-        prune::prune(obj, info.schema(&info.storage_version));
+/// A served object in the storage version, pruned to its schema.
+pub async fn to_stored(
+    api: &crate::ApiServer,
+    info: &CrdInfo,
+    obj: &mut Value,
+) -> Result<(), ApiError> {
+    convert(api, info, &info.storage_version, std::slice::from_mut(obj)).await
+}
+
+/// Converts the objects not in `version` and prunes them to its schema.
+async fn convert(
+    api: &crate::ApiServer,
+    info: &CrdInfo,
+    version: &str,
+    objs: &mut [Value],
+) -> Result<(), ApiError> {
+    let target = info.api_version(version);
+    let moved: Vec<usize> = (0..objs.len())
+        .filter(|&i| objs[i].get("apiVersion").and_then(Value::as_str) != Some(target.as_str()))
+        .collect();
+    if moved.is_empty() {
+        return Ok(());
     }
+    match &info.webhook {
+        Some(hook) => {
+            super::conversion::convert(api, &api.crds.conversion, hook, objs, &target).await?
+        }
+        None => {
+            for &i in &moved {
+                objs[i]["apiVersion"] = Value::String(target.clone());
+            }
+        }
+    }
+    for &i in &moved {
+        prune::prune(&mut objs[i], info.schema(version));
+    }
+    Ok(())
 }
 
 /// The `autoscaling/v1` Scale of a custom resource (upstream `scaleFromCustomResource`).

@@ -46,6 +46,9 @@ pub struct CrdInfo {
     pub reads_need_fixup: bool,
     /// The CRD is being deleted: no new custom resources.
     pub terminating: bool,
+    /// `conversion.strategy: Webhook`'s webhook (set by [`CustomResources::set`]); `None`
+    /// converts by rewriting `apiVersion`.
+    pub webhook: Option<Arc<super::conversion::Webhook>>,
 }
 
 impl CrdInfo {
@@ -132,6 +135,7 @@ impl CrdInfo {
             storage_version,
             versions,
             terminating,
+            webhook: None,
         })
     }
 
@@ -152,6 +156,8 @@ impl CrdInfo {
 #[derive(Default)]
 pub struct CustomResources {
     map: RwLock<HashMap<(String, String), Arc<CrdInfo>>>,
+    /// What the conversion webhooks of all CRDs share.
+    pub conversion: super::conversion::Clients,
 }
 
 impl CustomResources {
@@ -163,12 +169,18 @@ impl CustomResources {
             .cloned()
     }
 
-    pub fn set(&self, info: CrdInfo) {
+    /// Serves `info`, with the conversion webhook `crd` names (if any).
+    pub fn set(&self, mut info: CrdInfo, crd: &Value) {
+        info.webhook = super::conversion::Webhook::of(crd, &self.conversion.tls).map(Arc::new);
         let key = (info.group.clone(), info.plural.clone());
-        self.map
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(key, Arc::new(info));
+        let mut map = self.map.write().unwrap_or_else(|e| e.into_inner());
+        map.insert(key, Arc::new(info));
+        // TLS settings stay shared while some CRD's webhook names their bundle.
+        let in_use: std::collections::HashSet<Vec<u8>> = map
+            .values()
+            .filter_map(|i| i.webhook.as_ref().map(|w| w.ca_bundle.clone()))
+            .collect();
+        self.conversion.tls.retain(&in_use);
     }
 
     pub fn remove(&self, group: &str, plural: &str) {

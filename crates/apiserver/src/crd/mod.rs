@@ -7,11 +7,13 @@
 //! pruning, defaulting and validation, the `None` conversion, scale); [`finalizer`] deletes a deleted
 //! CRD's custom resources before letting the CRD go.
 //!
-//! Differences: no webhook conversion (a CRD with `strategy: Webhook` is served with `None`'s
-//! behaviour), CEL `x-kubernetes-validations` checked for field names but not types or estimated
+//! [`conversion`] calls a CRD's conversion webhook (`strategy: Webhook`).
+//!
+//! Differences: CEL `x-kubernetes-validations` checked for field names but not types or estimated
 //! cost (see [`validation_rules`]), and names are accepted without checking conflicts
 //! with other CRDs (upstream's naming controller).
 
+pub mod conversion;
 pub mod finalizer;
 pub mod handler;
 pub mod info;
@@ -213,7 +215,7 @@ async fn handle(
     }
     let new = resources_of(&crd);
     if let Some(info) = info::CrdInfo::parse(&crd) {
-        api.crds.set(info);
+        api.crds.set(info, &crd);
     }
     if finalizer::pending(&crd) {
         finalizer::spawn(api.clone(), name.clone());

@@ -105,7 +105,7 @@ pub fn scale_view(
     }
 }
 
-pub(crate) fn respond(
+pub(crate) async fn respond(
     ctx: &Ctx<'_>,
     sub: Option<&str>,
     json: Bytes,
@@ -113,14 +113,14 @@ pub(crate) fn respond(
     if sub == Some("scale") {
         let mut obj: Value = serde_json::from_slice(&json).map_err(ApiError::internal)?;
         if let Some(conversion) = ctx.read_conversion() {
-            conversion.apply(&mut obj);
+            conversion.apply(&mut obj).await?;
         }
         return Ok(crate::response::json_response(
             StatusCode::OK,
             &scale_view(ctx.crd.as_deref(), &ctx.resource.version, &obj)?,
         ));
     }
-    ctx.object_response(StatusCode::OK, json)
+    ctx.object_response(StatusCode::OK, json).await
 }
 
 /// The `autoscaling/v1` `Scale` view of a scalable object.

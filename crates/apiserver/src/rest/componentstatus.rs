@@ -144,7 +144,7 @@ pub async fn get(ctx: &Ctx<'_>) -> Result<Response<Body>, ApiError> {
     }
     let obj = status_object(name, probe(ctx, name).await);
     let json = serde_json::to_vec(&obj).map_err(ApiError::internal)?;
-    ctx.object_response(StatusCode::OK, json.into())
+    ctx.object_response(StatusCode::OK, json.into()).await
 }
 
 /// `GET /api/v1/componentstatuses`: every component, probed concurrently; label and field

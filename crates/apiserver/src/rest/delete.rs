@@ -76,7 +76,7 @@ pub async fn delete(ctx: &Ctx<'_>, body: Bytes) -> Result<Response<Body>, ApiErr
     let options = delete_options(ctx, &body)?;
     let (code, obj) = delete_one(ctx, ctx.namespace(), ctx.name(), &options).await?;
     match obj {
-        Some(json) => ctx.object_response(code, json),
+        Some(json) => ctx.object_response(code, json).await,
         None => Ok(response::json_response(code, &success_status(None))),
     }
 }
@@ -272,7 +272,7 @@ pub fn should_delete_after_update(ctx: &Ctx<'_>, new: &Value) -> bool {
 
 pub async fn delete_now(ctx: &Ctx<'_>, obj: &Value, rv: i64) -> Result<Response<Body>, ApiError> {
     match delete_now_raw(ctx, obj, rv).await {
-        Ok(result) => ctx.object_response(StatusCode::OK, result?),
+        Ok(result) => ctx.object_response(StatusCode::OK, result?).await,
         Err(Retry) => Err(ApiError::conflict_modified(
             &ctx.qualified(),
             objects::name(obj),
@@ -299,7 +299,7 @@ pub async fn delete_collection(ctx: &Ctx<'_>, body: Bytes) -> Result<Response<Bo
         let (ns, name) = (obj.attrs.namespace.clone(), obj.attrs.name.clone());
         match delete_one(ctx, &ns, &name, &options).await {
             // In the served version (events.k8s.io Events, custom resources' versions).
-            Ok((_, Some(json))) => items.push(ctx.served(json)),
+            Ok((_, Some(json))) => items.push(json),
             Ok((_, None)) => {}
             Err(e) if e.code == 404 => {}
             Err(e) => return Err(e),
@@ -311,6 +311,7 @@ pub async fn delete_collection(ctx: &Ctx<'_>, body: Bytes) -> Result<Response<Bo
         .current_revision()
         .await
         .map_err(storage_error)?;
+    let items = ctx.served_all(items).await?;
     Ok(response::bytes_response(
         StatusCode::OK,
         response::JSON,

@@ -178,7 +178,7 @@ async fn run(ctx: &Ctx<'_>) -> Result<Response<Body>, Stop> {
             continuing: true,
         };
         let page = from_store(ctx, &filter, limit, start).await?;
-        return Ok(finish(ctx, page)?);
+        return Ok(finish(ctx, page).await?);
     }
     let rv_num = objects::parse_resource_version(rv).map_err(ApiError::bad_request)?;
     let page = match (rv_match, limit) {
@@ -205,7 +205,7 @@ async fn run(ctx: &Ctx<'_>) -> Result<Response<Body>, Stop> {
         }
         (_, None) => from_cache(ctx, &filter, rv, rv_num).await?,
     };
-    Ok(finish(ctx, page)?)
+    Ok(finish(ctx, page).await?)
 }
 
 /// A whole list from the watch cache, once it has reached the revision the list needs.
@@ -233,18 +233,14 @@ async fn from_cache(ctx: &Ctx<'_>, filter: &Filter, rv: &str, rv_num: i64) -> Re
     })
 }
 
-fn finish(ctx: &Ctx<'_>, page: Page) -> Result<Response<Body>, ApiError> {
+async fn finish(ctx: &Ctx<'_>, page: Page) -> Result<Response<Body>, ApiError> {
     let Page {
         items,
         revision,
         next,
         remaining,
     } = page;
-    let items: Vec<Bytes> = if ctx.read_conversion().is_some() {
-        items.into_iter().map(|i| ctx.served(i)).collect()
-    } else {
-        items
-    };
+    let items: Vec<Bytes> = ctx.served_all(items).await?;
     match ctx.representation()? {
         Representation::Object => Ok(response::bytes_response(
             StatusCode::OK,

@@ -8,12 +8,12 @@ pub(crate) mod decode;
 mod delete;
 #[doc(hidden)]
 pub mod fuzz;
-mod list;
+pub(crate) mod list;
 mod priority;
 mod read;
 mod reviews;
 pub(crate) mod strict;
-mod table;
+pub(crate) mod table;
 pub mod typed;
 mod update;
 #[cfg(test)]
@@ -213,37 +213,62 @@ impl Ctx<'_> {
     pub fn read_conversion(&self) -> Option<ReadConversion> {
         if let Some(info) = &self.crd {
             return info.reads_need_fixup.then(|| ReadConversion {
+                api: self.api.clone(),
                 api_version: self.resource.api_version(),
                 version: self.resource.version.clone(),
                 crd: Some(info.clone()),
             });
         }
         self.stored_version().map(|_| ReadConversion {
+            api: self.api.clone(),
             api_version: self.resource.api_version(),
             version: self.resource.version.clone(),
             crd: None,
         })
     }
 
-    /// A stored object's JSON in the served version.
-    pub fn served(&self, json: Bytes) -> Bytes {
+    /// A stored object's JSON in the served version (a custom resource's conversion webhook may
+    /// fail).
+    pub async fn served(&self, json: Bytes) -> Result<Bytes, ApiError> {
         let Some(conversion) = self.read_conversion() else {
-            return json;
+            return Ok(json);
         };
         let Ok(mut obj) = serde_json::from_slice::<Value>(&json) else {
-            return json;
+            return Ok(json);
         };
-        conversion.apply(&mut obj);
-        serde_json::to_vec(&obj).map(Bytes::from).unwrap_or(json)
+        conversion.apply(&mut obj).await?;
+        Ok(serde_json::to_vec(&obj).map(Bytes::from).unwrap_or(json))
+    }
+
+    /// Stored objects' JSON in the served version, converted together (one review per batch for
+    /// a custom resource's conversion webhook).
+    pub async fn served_all(&self, items: Vec<Bytes>) -> Result<Vec<Bytes>, ApiError> {
+        let Some(conversion) = self.read_conversion() else {
+            return Ok(items);
+        };
+        let mut objs = Vec::with_capacity(items.len());
+        for json in &items {
+            match serde_json::from_slice::<Value>(json) {
+                Ok(v) => objs.push(v),
+                Err(_) => return Ok(items),
+            }
+        }
+        conversion.apply_all(&mut objs).await?;
+        Ok(objs
+            .iter()
+            .zip(items)
+            .map(|(o, json)| serde_json::to_vec(o).map(Bytes::from).unwrap_or(json))
+            .collect())
     }
 
     /// A served object in its stored version (a no-op for most resources).
-    pub fn to_stored(&self, obj: &mut Value) {
+    pub async fn to_stored(&self, obj: &mut Value) -> Result<(), ApiError> {
         if let Some(info) = &self.crd {
-            crate::crd::handler::to_stored(info, obj);
+            crate::crd::handler::to_stored(self.api, info, obj).await?;
         } else if let Some(stored) = self.stored_version() {
             apimachinery::conversion::to_stored(obj, stored);
         }
+        Ok(())
     }
 
     /// The printer columns of a custom resource's version.
@@ -253,12 +278,12 @@ impl Ctx<'_> {
     }
 
     /// Serves one object in the negotiated representation.
-    pub fn object_response(
+    pub async fn object_response(
         &self,
         code: StatusCode,
         json: Bytes,
     ) -> Result<Response<Body>, ApiError> {
-        let json = self.served(json);
+        let json = self.served(json).await?;
         match self.representation()? {
             Representation::Object => Ok(response::bytes_response(code, response::JSON, json)),
             Representation::Table { include_object } => {
@@ -292,16 +317,28 @@ impl Ctx<'_> {
 /// and version conversion.
 #[derive(Clone)]
 pub struct ReadConversion {
+    api: Arc<ApiServer>,
     api_version: String,
     version: String,
     crd: Option<Arc<crate::crd::info::CrdInfo>>,
 }
 
 impl ReadConversion {
-    pub fn apply(&self, obj: &mut Value) {
+    pub async fn apply(&self, obj: &mut Value) -> Result<(), ApiError> {
+        self.apply_all(std::slice::from_mut(obj)).await
+    }
+
+    pub async fn apply_all(&self, objs: &mut [Value]) -> Result<(), ApiError> {
         match &self.crd {
-            Some(info) => crate::crd::handler::to_served(info, &self.version, obj),
-            None => apimachinery::conversion::to_served(obj, &self.api_version),
+            Some(info) => {
+                crate::crd::handler::to_served(&self.api, info, &self.version, objs).await
+            }
+            None => {
+                for obj in objs {
+                    apimachinery::conversion::to_served(obj, &self.api_version);
+                }
+                Ok(())
+            }
         }
     }
 }
@@ -509,6 +546,10 @@ async fn serve(
         return Err(ApiError::unsupported_media_type(
             apimachinery::serializer::protobuf::MEDIA_TYPE,
         ));
+    }
+    if ctx.resource.group == crate::resource_metrics::GROUP {
+        // NodeMetrics and PodMetrics: computed, never stored (get and list only).
+        return crate::resource_metrics::serve(ctx).await;
     }
     if ctx.resource.group.is_empty() && ctx.resource.plural == "componentstatuses" {
         return match req.verb {

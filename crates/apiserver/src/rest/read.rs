@@ -15,12 +15,12 @@ pub async fn get(ctx: &Ctx<'_>) -> Result<Response<Body>, ApiError> {
         objects::parse_resource_version(rv.unwrap_or("")).map_err(ApiError::bad_request)?;
         let key = ctx.key(ctx.namespace(), ctx.name());
         return match ctx.cache().get(&key) {
-            Some(obj) => ctx.object_response(StatusCode::OK, obj.json.clone()),
+            Some(obj) => ctx.object_response(StatusCode::OK, obj.json.clone()).await,
             None => Err(ApiError::not_found(&ctx.qualified(), ctx.name())),
         };
     }
     let json = ctx.current_json(ctx.namespace(), ctx.name()).await?;
-    ctx.object_response(StatusCode::OK, json)
+    ctx.object_response(StatusCode::OK, json).await
 }
 
 pub async fn get_subresource(ctx: &Ctx<'_>, sub: &str) -> Result<Response<Body>, ApiError> {
@@ -28,14 +28,14 @@ pub async fn get_subresource(ctx: &Ctx<'_>, sub: &str) -> Result<Response<Body>,
     match sub {
         "scale" => {
             if let Some(conversion) = ctx.read_conversion() {
-                conversion.apply(&mut obj);
+                conversion.apply(&mut obj).await?;
             }
             let scale = super::common::scale_view(ctx.crd.as_deref(), &ctx.resource.version, &obj)?;
             Ok(response::json_response(StatusCode::OK, &scale))
         }
         "status" | "approval" | "ephemeralcontainers" | "resize" => {
             let json = serde_json::to_vec(&obj).map_err(ApiError::internal)?;
-            ctx.object_response(StatusCode::OK, json.into())
+            ctx.object_response(StatusCode::OK, json.into()).await
         }
         other => Err(ApiError::method_not_supported(
             &ctx.qualified(),

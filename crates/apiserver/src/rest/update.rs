@@ -53,7 +53,7 @@ pub(super) async fn guaranteed_update(
             .await?;
         from_cache = false;
         if let Some(conversion) = ctx.read_conversion() {
-            conversion.apply(&mut old);
+            conversion.apply(&mut old).await?;
         }
         let attempt = attempt(
             ctx,
@@ -245,7 +245,7 @@ async fn write(
         .await;
     if unchanged || ctx.dry_run() {
         let json = serde_json::to_vec(&new).map_err(ApiError::internal)?;
-        return Ok(Attempt::Unchanged(respond(ctx, sub, json.into())?));
+        return Ok(Attempt::Unchanged(respond(ctx, sub, json.into()).await?));
     }
     if super::delete::should_delete_after_update(ctx, &new) {
         if !is_current {
@@ -257,7 +257,7 @@ async fn write(
             .map(Attempt::Done);
     }
     let key = ctx.key(ctx.namespace(), ctx.name());
-    ctx.to_stored(&mut new);
+    ctx.to_stored(&mut new).await?;
     match ctx
         .api
         .store
@@ -269,6 +269,7 @@ async fn write(
             sub,
             objects::with_resource_version(&kv.value, kv.mod_revision),
         )
+        .await
         .map(Attempt::Done),
         // A stale starting point conflicts too: retry from storage, which decides the precondition.
         Err(storage::Error::Conflict { .. }) if precondition.is_none() || !is_current => {

@@ -175,11 +175,15 @@ struct Encoder {
 }
 
 impl Encoder {
-    fn frame(&self, event: &CacheEvent, kind: EventType) -> Bytes {
+    /// The event's frame; `Err` holds the ERROR frame of a failed conversion, after which the
+    /// watch ends (upstream's watch ends on an object it cannot decode).
+    async fn frame(&self, event: &CacheEvent, kind: EventType) -> Result<Bytes, Bytes> {
         if let Some(convert) = &self.convert {
             // A converted resource: its frames differ from the stored version's, so they are not shared.
             let mut obj: Value = serde_json::from_slice(&event.object.json).unwrap_or(Value::Null);
-            convert.apply(&mut obj);
+            if let Err(e) = convert.apply(&mut obj).await {
+                return Err(frame_of(self.format, "ERROR", &e.to_status()));
+            }
             let obj = match self.repr {
                 Representation::Object => obj,
                 Representation::Table { include_object } => {
@@ -195,8 +199,13 @@ impl Encoder {
                 }
                 Representation::Metadata => table::partial_metadata(&obj),
             };
-            return frame_of(self.format, kind.as_str(), &obj);
+            return Ok(frame_of(self.format, kind.as_str(), &obj));
         }
+        Ok(self.shared_frame(event, kind))
+    }
+
+    /// The frame of a resource served as stored.
+    fn shared_frame(&self, event: &CacheEvent, kind: EventType) -> Bytes {
         match self.repr {
             Representation::Object => event.frame(kind, self.format, || {
                 self.metrics.watch_event_encoded(self.format.index());
@@ -273,6 +282,18 @@ impl WatchStream {
         frame_of(self.encoder.format, "BOOKMARK", &object)
     }
 
+    /// Sends an event's frame; false when the watch is over (the client left, or a conversion
+    /// failed and its ERROR event was the last frame).
+    async fn send(&self, out: &mpsc::Sender<Bytes>, event: &CacheEvent, kind: EventType) -> bool {
+        match self.encoder.frame(event, kind).await {
+            Ok(frame) => out.send(frame).await.is_ok(),
+            Err(error) => {
+                let _ = out.send(error).await;
+                false
+            }
+        }
+    }
+
     async fn run(
         self,
         initial: Vec<(Arc<CacheEvent>, EventType)>,
@@ -285,7 +306,7 @@ impl WatchStream {
         let mut last_rv = start_rv;
         for (event, kind) in initial {
             last_rv = last_rv.max(event.rv);
-            if out.send(self.encoder.frame(&event, kind)).await.is_err() {
+            if !self.send(&out, &event, kind).await {
                 return;
             }
         }
@@ -299,7 +320,7 @@ impl WatchStream {
                 item = live.recv() => {
                     let Some((event, kind)) = item else { return };
                     last_rv = last_rv.max(event.rv);
-                    if out.send(self.encoder.frame(&event, kind)).await.is_err() {
+                    if !self.send(&out, &event, kind).await {
                         return;
                     }
                 }
@@ -309,7 +330,7 @@ impl WatchStream {
                     let rv = self.revision.as_ref().map(|r| *r.borrow()).unwrap_or(0);
                     while let Ok((event, kind)) = live.try_recv() {
                         last_rv = last_rv.max(event.rv);
-                        if out.send(self.encoder.frame(&event, kind)).await.is_err() {
+                        if !self.send(&out, &event, kind).await {
                             return;
                         }
                     }

@@ -53,7 +53,7 @@ pub async fn create(ctx: &Ctx<'_>, body: Bytes) -> Result<Response<Body>, ApiErr
     )?;
     prepare_identity(ctx, &mut obj)?;
     let kv = create_object(ctx, obj).await?;
-    let mut resp = ctx.object_response(StatusCode::CREATED, kv)?;
+    let mut resp = ctx.object_response(StatusCode::CREATED, kv).await?;
     add_warnings(&mut resp, &warnings);
     Ok(resp)
 }
@@ -174,7 +174,7 @@ async fn create_tracked(ctx: &Ctx<'_>, mut obj: Value, track: bool) -> Result<By
             .await?;
     }
     strategy.canonicalize(&mut obj);
-    ctx.to_stored(&mut obj);
+    ctx.to_stored(&mut obj).await?;
     if ctx.dry_run() {
         return serde_json::to_vec(&obj)
             .map(Bytes::from)
@@ -498,7 +498,7 @@ async fn server_side_apply(
             objects::set_meta(&mut obj, "name", ctx.name());
             prepare_identity(ctx, &mut obj)?;
             let kv = create_tracked(ctx, obj, false).await?;
-            let mut resp = ctx.object_response(StatusCode::CREATED, kv)?;
+            let mut resp = ctx.object_response(StatusCode::CREATED, kv).await?;
             add_warnings(&mut resp, &warnings);
             Ok(resp)
         }

@@ -8,7 +8,7 @@ use std::borrow::Cow;
 use bytes::Bytes;
 use serde_json::Value;
 
-use super::client::{Client, Destination, Post};
+use super::client::Client;
 use super::matching::Invocation;
 use super::review::{self, ReviewRequest, Verdict};
 use super::source::Hook;
@@ -69,53 +69,12 @@ pub async fn call(
             format!("could not create admission objects: {e}"),
         )
     })?;
-    let url = endpoint.url(hook.timeout);
     let failed =
         |why: String| HookError::calling(&hook.name, format!("failed to call webhook: {why}"));
-    let send = async {
-        let (dial_host, port, server_name, path) = match &endpoint.destination {
-            Destination::Url {
-                host,
-                port,
-                path_and_query,
-                ..
-            } => (host.clone(), *port, host.clone(), path_and_query.clone()),
-            Destination::Service {
-                namespace,
-                name,
-                port,
-                path,
-            } => {
-                let to = super::service::resolve(api, namespace, name, *port)?;
-                (
-                    to.ip,
-                    to.port,
-                    format!("{name}.{namespace}.svc"),
-                    path.clone(),
-                )
-            }
-        };
-        let sep = if path.contains('?') { '&' } else { '?' };
-        let path_and_query = format!("{path}{sep}timeout={}s", hook.timeout.as_secs());
-        client
-            .post(
-                &Post {
-                    dial_host: &dial_host,
-                    port,
-                    server_name: &server_name,
-                    path_and_query: &path_and_query,
-                    tls: &endpoint.tls,
-                    tls_id: endpoint.tls_id,
-                },
-                Bytes::from(body),
-            )
+    let (status, body) =
+        super::client::send(api, client, endpoint, hook.timeout, Bytes::from(body))
             .await
-    };
-    let (status, body) = match tokio::time::timeout(hook.timeout, send).await {
-        Ok(Ok(answer)) => answer,
-        Ok(Err(e)) => return Err(failed(format!("Post {url:?}: {e}"))),
-        Err(_) => return Err(failed(format!("Post {url:?}: context deadline exceeded"))),
-    };
+            .map_err(failed)?;
     if !status.is_success() {
         return Err(failed(review::http_error(status, &body)));
     }

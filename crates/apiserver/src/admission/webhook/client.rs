@@ -248,6 +248,63 @@ pub struct Post<'a> {
     pub tls_id: u64,
 }
 
+/// One POST of `body` to `endpoint` within `timeout`, shared by admission and CRD conversion
+/// webhooks: a `service` reference is resolved to a ready endpoint first. The error reads as
+/// client-go's: `Post "<url>?timeout=<n>s": <why>`.
+pub async fn send(
+    api: &crate::ApiServer,
+    client: &Client,
+    endpoint: &Endpoint,
+    timeout: Duration,
+    body: Bytes,
+) -> Result<(StatusCode, Bytes), String> {
+    let url = endpoint.url(timeout);
+    let send = async {
+        let (dial_host, port, server_name, path) = match &endpoint.destination {
+            Destination::Url {
+                host,
+                port,
+                path_and_query,
+                ..
+            } => (host.clone(), *port, host.clone(), path_and_query.clone()),
+            Destination::Service {
+                namespace,
+                name,
+                port,
+                path,
+            } => {
+                let to = super::service::resolve(api, namespace, name, *port)?;
+                (
+                    to.ip,
+                    to.port,
+                    format!("{name}.{namespace}.svc"),
+                    path.clone(),
+                )
+            }
+        };
+        let sep = if path.contains('?') { '&' } else { '?' };
+        let path_and_query = format!("{path}{sep}timeout={}s", timeout.as_secs());
+        client
+            .post(
+                &Post {
+                    dial_host: &dial_host,
+                    port,
+                    server_name: &server_name,
+                    path_and_query: &path_and_query,
+                    tls: &endpoint.tls,
+                    tls_id: endpoint.tls_id,
+                },
+                body,
+            )
+            .await
+    };
+    match tokio::time::timeout(timeout, send).await {
+        Ok(Ok(answer)) => Ok(answer),
+        Ok(Err(e)) => Err(format!("Post {url:?}: {e}")),
+        Err(_) => Err(format!("Post {url:?}: context deadline exceeded")),
+    }
+}
+
 #[derive(Clone, PartialEq, Eq, Hash)]
 struct PoolKey {
     tls_id: u64,

@@ -221,6 +221,28 @@ const BUILTIN: &[Spec] = &[
         ),
         &["get", "list"],
     ),
+    // metrics.k8s.io (metrics-server's API, served built-in): computed on each read, never stored;
+    // storage names of their own so their (empty) caches do not share the core kinds'.
+    versions(
+        stored(
+            verbs(
+                s("metrics.k8s.io", "NodeMetrics", "nodes", CLUSTER, &[], &[]),
+                &["get", "list"],
+            ),
+            "nodemetrics",
+        ),
+        &["v1beta1"],
+    ),
+    versions(
+        stored(
+            verbs(
+                s("metrics.k8s.io", "PodMetrics", "pods", NS, &[], &[]),
+                &["get", "list"],
+            ),
+            "podmetrics",
+        ),
+        &["v1beta1"],
+    ),
     all(gen(s(
         "",
         "ReplicationController",

@@ -48,6 +48,8 @@ pub fn priority(group: &str, version: &str) -> (i64, i64) {
         ("discovery.k8s.io", "v1") => (16200, 15),
         ("resource.k8s.io", "v1") => (16200, 21),
         ("flowcontrol.apiserver.k8s.io", "v1") => (16100, 21),
+        // metrics-server's own APIService.
+        ("metrics.k8s.io", "v1beta1") => (100, 100),
         _ => (1000, 100),
     }
 }

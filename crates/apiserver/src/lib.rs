@@ -32,6 +32,7 @@ pub mod objects;
 pub mod openapi;
 pub mod registry;
 pub mod request;
+pub mod resource_metrics;
 pub mod response;
 pub mod rest;
 pub mod selectable;
@@ -151,6 +152,9 @@ pub struct Config {
     /// [`Config::endpoint_reconciler`] says otherwise): `rkube server --nodes` serves the nodes'
     /// pods at the control plane's address on their fabric, so in-cluster clients reach it.
     pub serve_in_namespace: Option<(PathBuf, IpAddr)>,
+    /// How often kubelets' resource metrics are scraped for `metrics.k8s.io` (metrics-server's
+    /// `--metric-resolution`, 15 s).
+    pub metric_resolution: Duration,
 }
 
 impl Config {
@@ -195,6 +199,7 @@ impl Config {
             identity_lease: None,
             endpoint_reconciler: None,
             serve_in_namespace: None,
+            metric_resolution: resource_metrics::DEFAULT_RESOLUTION,
         }
     }
 }
@@ -245,6 +250,8 @@ pub struct ApiServer {
     pub watch_terminator: Arc<shutdown::WatchTerminator>,
     /// See [`Config::shutdown`].
     pub shutdown: shutdown::ShutdownOptions,
+    /// The latest resource usage of nodes and pods (`metrics.k8s.io`).
+    pub resource_metrics: resource_metrics::Store,
 }
 
 impl ApiServer {
@@ -438,6 +445,7 @@ pub async fn start_member(
         watches: watchlimit::WatchLimits::new(config.max_watches_per_user),
         watch_terminator: Default::default(),
         shutdown: config.shutdown,
+        resource_metrics: resource_metrics::Store::new(config.metric_resolution),
     });
     let current = store.current_revision().await.map_err(|e| e.to_string())?;
     tokio::spawn(caches.clone().run(store.clone()));
@@ -450,6 +458,7 @@ pub async fn start_member(
     tokio::spawn(crd::run(api.clone()));
     apiservices::sync(&api, false).await;
     tokio::spawn(apiservices::run(api.clone()));
+    tokio::spawn(resource_metrics::scraper::run(api.clone()));
     tokio::spawn(flowcontrol::run(api.clone()));
     tokio::spawn(admission::policy::typecheck::run(api.clone()));
     let compactor = {

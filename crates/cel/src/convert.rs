@@ -126,6 +126,12 @@ pub fn map_value(entries: impl IntoIterator<Item = (String, Value)>) -> Value {
     })
 }
 
+/// A Kubernetes quantity as a CEL `kubernetes.Quantity` (e.g. a DRA device's capacity, which
+/// upstream's device selectors compare with `compareTo(quantity("1Gi"))`).
+pub fn quantity_value(q: apimachinery::quantity::Quantity) -> Value {
+    Value::Opaque(Arc::new(crate::library::quantity::QuantityValue(q)))
+}
+
 /// A CEL optional: `optional.of(v)` or `optional.none()`.
 pub fn optional_value(value: Option<Value>) -> Value {
     Value::Opaque(Arc::new(match value {

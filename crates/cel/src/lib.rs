@@ -71,7 +71,7 @@ pub use cel;
 pub use cel::Value;
 pub use convert::{
     bytes_value, duration_value, json_to_value, list_value, map_value, optional_value,
-    timestamp_value, to_json,
+    quantity_value, timestamp_value, to_json,
 };
 pub use shape::Shape;
 

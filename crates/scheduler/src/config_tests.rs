@@ -21,7 +21,10 @@ fn defaults_are_upstreams() {
     assert_eq!(c.profiles.len(), 1);
     assert_eq!(c.profiles[0].name(), "default-scheduler");
     assert_eq!(at(&c, 0, "queueSort"), ["PrioritySort"]);
-    assert_eq!(at(&c, 0, "preEnqueue"), ["SchedulingGates"]);
+    assert_eq!(
+        at(&c, 0, "preEnqueue"),
+        ["SchedulingGates", "DynamicResources"]
+    );
     assert_eq!(
         at(&c, 0, "filter"),
         [
@@ -36,7 +39,8 @@ fn defaults_are_upstreams() {
             "VolumeBinding",
             "VolumeZone",
             "PodTopologySpread",
-            "InterPodAffinity"
+            "InterPodAffinity",
+            "DynamicResources"
         ]
     );
     assert_eq!(
@@ -62,12 +66,14 @@ fn defaults_are_upstreams() {
             "VolumeBinding",
             "VolumeZone",
             "PodTopologySpread",
-            "InterPodAffinity"
+            "InterPodAffinity",
+            "DynamicResources"
         ]
     );
     assert_eq!(at(&c, 0, "postFilter"), ["DefaultPreemption"]);
     assert_eq!(at(&c, 0, "bind"), ["DefaultBinder"]);
-    assert_eq!(at(&c, 0, "preBind"), ["VolumeBinding"]);
+    assert_eq!(at(&c, 0, "preBind"), ["VolumeBinding", "DynamicResources"]);
+    assert_eq!(at(&c, 0, "reserve"), ["DynamicResources"]);
 }
 
 #[test]
@@ -140,7 +146,7 @@ profiles:
     assert_eq!(c.parallelism, Some(4));
     assert_eq!(c.profiles[1].percentage_of_nodes_to_score, Some(100));
     assert!(at(&c, 1, "score").is_empty());
-    assert_eq!(at(&c, 1, "filter").len(), 12);
+    assert_eq!(at(&c, 1, "filter").len(), 13);
     assert!(!at(&c, 2, "filter").contains(&"NodePorts".to_string()));
     // Explicit score entries override the multiPoint ones and come first, in their order.
     assert_eq!(

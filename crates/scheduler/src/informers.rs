@@ -14,6 +14,7 @@ use k8s_openapi::api::core::v1::{
     Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod, ReplicationController, Service,
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 
 use crate::cache::pod_key;
@@ -34,6 +35,10 @@ pub(crate) struct Informers {
     rcs: Arc<SharedInformer<ReplicationController>>,
     rss: Arc<SharedInformer<ReplicaSet>>,
     sss: Arc<SharedInformer<StatefulSet>>,
+    claims: Arc<SharedInformer<ResourceClaim>>,
+    slices: Arc<SharedInformer<ResourceSlice>>,
+    classes: Arc<SharedInformer<DeviceClass>>,
+    dra: Arc<crate::plugins::dynamic_resources::tracker::Tracker>,
 }
 
 /// Which node changes matter to plugins (upstream `nodeSchedulingPropertiesChange`).
@@ -132,6 +137,10 @@ impl Informers {
             rcs: factory.informer::<ReplicationController>(),
             rss: factory.informer::<ReplicaSet>(),
             sss: factory.informer::<StatefulSet>(),
+            claims: factory.informer::<ResourceClaim>(),
+            slices: factory.informer::<ResourceSlice>(),
+            classes: factory.informer::<DeviceClass>(),
+            dra: Arc::default(),
             factory,
         }
     }
@@ -148,6 +157,10 @@ impl Informers {
             replication_controllers: self.rcs.store(),
             replica_sets: self.rss.store(),
             stateful_sets: self.sss.store(),
+            resource_claims: self.claims.store(),
+            resource_slices: self.slices.store(),
+            device_classes: self.classes.store(),
+            dra: self.dra.clone(),
         }
     }
 
@@ -249,9 +262,60 @@ impl Informers {
         on_changes!(self.storage_classes, EventResource::StorageClass);
         on_changes!(self.csi_nodes, EventResource::CSINode);
         on_changes!(self.namespaces, EventResource::Namespace);
+        on_changes!(self.classes, EventResource::DeviceClass);
+        self.dra_handlers(&shared);
         self.factory.start();
         self.factory.wait_for_cache_sync().await;
         self.pods.store()
+    }
+}
+
+impl Informers {
+    /// Claims feed the DRA tracker and wake the pods PreEnqueue kept out for a missing claim;
+    /// slices invalidate the plugin's slice index.
+    fn dra_handlers(&self, shared: &Arc<Shared>) {
+        let key = |c: &ResourceClaim| crate::plugins::dynamic_resources::tracker::claim_key(c);
+        let (t1, t2, t3) = (self.dra.clone(), self.dra.clone(), self.dra.clone());
+        let (c1, c2, c3) = (shared.clone(), shared.clone(), shared.clone());
+        let pods = self.pods.store();
+        self.claims.add_event_handler(
+            EventHandlerFuncs::new()
+                .on_add(move |c: &Arc<ResourceClaim>, _| {
+                    t1.on_claim(&key(c), Some(c));
+                    event(&c1, EventResource::ResourceClaim, action::ADD);
+                    let ns = c.metadata.namespace.as_deref().unwrap_or("");
+                    for k in c1.queue.gated_keys() {
+                        let Some(p) = pods.get(&k) else { continue };
+                        if p.metadata.namespace.as_deref() == Some(ns) {
+                            if let Some(profile) = c1.responsible(&p) {
+                                c1.enqueue(&p, profile);
+                            }
+                        }
+                    }
+                })
+                .on_update(move |_, c: &Arc<ResourceClaim>| {
+                    t2.on_claim(&key(c), Some(c));
+                    event(&c2, EventResource::ResourceClaim, action::UPDATE_OTHER);
+                })
+                .on_delete(move |d| {
+                    t3.on_claim(&key(d.object()), None);
+                    event(&c3, EventResource::ResourceClaim, action::DELETE);
+                }),
+        );
+        let (t1, t2, t3) = (self.dra.clone(), self.dra.clone(), self.dra.clone());
+        let (s1, s2) = (shared.clone(), shared.clone());
+        self.slices.add_event_handler(
+            EventHandlerFuncs::new()
+                .on_add(move |_: &Arc<ResourceSlice>, _| {
+                    t1.slices_changed();
+                    event(&s1, EventResource::ResourceSlice, action::ADD);
+                })
+                .on_update(move |_, _| {
+                    t2.slices_changed();
+                    event(&s2, EventResource::ResourceSlice, action::UPDATE_OTHER);
+                })
+                .on_delete(move |_| t3.slices_changed()),
+        );
     }
 }
 

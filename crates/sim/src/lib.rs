@@ -10,7 +10,10 @@
 //! Control through the API: `kubectl annotate node <n> sim.rkube.io/heartbeat=stopped` stops that node's
 //! lease renewals and status updates (and its pods' handling), as a dead kubelet; removing the
 //! annotation resumes them. A deleted node is forgotten (and not re-registered).
+//!
+//! With [`SimConfig::devices`], every node also publishes DRA ResourceSlices ([`devices`]).
 
+pub mod devices;
 pub mod ipam;
 pub mod lifecycle;
 mod nodes;

@@ -50,6 +50,8 @@ pub struct SimConfig {
     pub status_interval: Duration,
     /// Concurrent API writes (registration, heartbeats, pod status).
     pub workers: usize,
+    /// DRA devices every node publishes in ResourceSlices (see [`crate::devices`]).
+    pub devices: Vec<crate::devices::DeviceSpec>,
 }
 
 impl Default for SimConfig {
@@ -73,6 +75,7 @@ impl Default for SimConfig {
             // Upstream's nodeStatusReportFrequency: status without changes every 5 minutes.
             status_interval: Duration::from_secs(300),
             workers: 16,
+            devices: Vec::new(),
         }
     }
 }
@@ -319,7 +322,14 @@ async fn register(
     {
         report_status(client, state, true).await?;
     }
-    renew_lease(client, config, state, node.metadata.uid.as_deref()).await
+    renew_lease(client, config, state, node.metadata.uid.as_deref()).await?;
+    crate::devices::publish(
+        client,
+        &config.devices,
+        &state.name,
+        node.metadata.uid.as_deref(),
+    )
+    .await
 }
 
 /// Renews (or creates) the node's Lease, as the kubelet's node lease controller.

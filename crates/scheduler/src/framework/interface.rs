@@ -27,6 +27,10 @@ pub enum EventResource {
     /// `storage.k8s.io/v1` CSINode (the per-node CSI drivers and their volume limits).
     CSINode,
     Namespace,
+    /// `resource.k8s.io/v1` ResourceClaim, ResourceSlice and DeviceClass (DRA).
+    ResourceClaim,
+    ResourceSlice,
+    DeviceClass,
 }
 
 /// Action bits of a [`ClusterEvent`] (upstream `ActionType`).

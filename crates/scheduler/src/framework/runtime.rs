@@ -13,6 +13,7 @@ use k8s_openapi::api::core::v1::{
     Namespace, PersistentVolume, PersistentVolumeClaim, Pod, ReplicationController, Service,
 };
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
+use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 use tokio::sync::oneshot;
 
@@ -37,6 +38,12 @@ pub struct Listers {
     pub replication_controllers: Arc<Store<ReplicationController>>,
     pub replica_sets: Arc<Store<ReplicaSet>>,
     pub stateful_sets: Arc<Store<StatefulSet>>,
+    pub resource_claims: Arc<Store<ResourceClaim>>,
+    pub resource_slices: Arc<Store<ResourceSlice>>,
+    pub device_classes: Arc<Store<DeviceClass>>,
+    /// Devices taken by allocated claims and the claims the scheduler allocated but the informer
+    /// has not shown yet (fed by the claim informer, shared by every profile's DynamicResources).
+    pub dra: Arc<crate::plugins::dynamic_resources::tracker::Tracker>,
 }
 
 /// What plugin factories get (upstream `framework.Handle`).

@@ -8,6 +8,7 @@
 pub mod balanced_allocation;
 pub mod default_binder;
 pub mod default_preemption;
+pub mod dynamic_resources;
 pub mod image_locality;
 pub mod inter_pod_affinity;
 pub mod node_affinity;
@@ -31,6 +32,7 @@ use std::sync::Arc;
 pub use balanced_allocation::NodeResourcesBalancedAllocation;
 pub use default_binder::DefaultBinder;
 pub use default_preemption::DefaultPreemption;
+pub use dynamic_resources::DynamicResources;
 pub use image_locality::ImageLocality;
 pub use inter_pod_affinity::InterPodAffinity;
 pub use node_affinity::NodeAffinity;
@@ -61,8 +63,8 @@ pub fn reasons(status: &Status) -> impl Iterator<Item = &str> {
 }
 
 /// Upstream's default profile (`getDefaultPlugins`, multiPoint) in order, with score weights.
-/// DynamicResources, which upstream inserts before DefaultPreemption (its feature gate is on by
-/// default since 1.34), is not implemented.
+/// DynamicResources sits before DefaultPreemption as upstream's (its feature gate is on by default
+/// since 1.34).
 pub const DEFAULT_PLUGINS: &[(&str, i64)] = &[
     ("SchedulingGates", 0),
     ("PrioritySort", 0),
@@ -78,6 +80,7 @@ pub const DEFAULT_PLUGINS: &[(&str, i64)] = &[
     ("VolumeZone", 0),
     ("PodTopologySpread", 2),
     ("InterPodAffinity", 2),
+    ("DynamicResources", 0),
     ("DefaultPreemption", 0),
     ("NodeResourcesBalancedAllocation", 1),
     ("ImageLocality", 1),
@@ -85,7 +88,7 @@ pub const DEFAULT_PLUGINS: &[(&str, i64)] = &[
 ];
 
 /// Upstream in-tree plugins that rkube does not implement: they may be disabled, not enabled.
-pub const UNIMPLEMENTED: &[&str] = &["DynamicResources", "NodeDeclaredFeatures"];
+pub const UNIMPLEMENTED: &[&str] = &["NodeDeclaredFeatures"];
 
 /// Reads plugin args (a `*Args` object; `apiVersion`/`kind` are allowed and ignored).
 fn args<T: serde::de::DeserializeOwned + Default>(
@@ -130,6 +133,7 @@ pub fn new_plugin(
         "VolumeZone" => Arc::new(VolumeZone::new(h)),
         "PodTopologySpread" => Arc::new(PodTopologySpread::new(args(name, a)?, h)?),
         "InterPodAffinity" => Arc::new(InterPodAffinity::new(args(name, a)?, h)?),
+        "DynamicResources" => Arc::new(DynamicResources::new(h)),
         "DefaultPreemption" => Arc::new(DefaultPreemption::new(args(name, a)?, h)?),
         "NodeResourcesBalancedAllocation" => Arc::new(NodeResourcesBalancedAllocation),
         "ImageLocality" => Arc::new(ImageLocality),
@@ -188,7 +192,7 @@ mod tests {
             .err()
             .unwrap()
             .contains("does not exist"));
-        assert!(new_plugin("DynamicResources", None, &h)
+        assert!(new_plugin("NodeDeclaredFeatures", None, &h)
             .err()
             .unwrap()
             .contains("not implemented"));

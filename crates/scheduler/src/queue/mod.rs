@@ -431,6 +431,11 @@ impl SchedulingQueue {
         )
     }
 
+    /// The pods PreEnqueue keeps out.
+    pub fn gated_keys(&self) -> Vec<String> {
+        self.lock().gated.iter().cloned().collect()
+    }
+
     pub fn is_gated(&self, key: &str) -> bool {
         self.lock().gated.contains(key)
     }

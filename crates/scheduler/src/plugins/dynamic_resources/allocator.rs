@@ -1,0 +1,589 @@
+//! The structured-parameters allocator (upstream `k8s.io/dynamic-resource-allocation/structured`),
+//! for one node: finds devices in the node's ResourceSlices for every request of the claims to
+//! allocate, or says there are none. A depth-first search with backtracking, as upstream's, over
+//! requests (`exactly`: `ExactCount` or `All`; `firstAvailable`: the subrequests in order) and the
+//! devices of each; `matchAttribute`/`distinctAttribute` constraints are checked as devices are
+//! picked.
+//!
+//! Not done: consumable capacity and `allowMultipleAllocations` (such devices are allocated whole),
+//! shared counters (partitionable devices), DeviceTaintRules, binding conditions, prioritized
+//! scoring of subrequests.
+
+use std::cell::OnceCell;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::{NodeSelector, NodeSelectorRequirement, NodeSelectorTerm};
+use k8s_openapi::api::resource::v1::{
+    AllocationResult, Device, DeviceAllocationConfiguration, DeviceAllocationResult, DeviceClass,
+    DeviceRequestAllocationResult, DeviceTaint, DeviceToleration, ResourceClaim, ResourceSlice,
+};
+use rkube_cel::{Program, Value};
+
+use super::selectors::{self, qualify, SelectorCache};
+use super::tracker::Taken;
+use crate::framework::NodeInfo;
+use crate::plugins::node_affinity::node_selector_matches;
+
+/// Upstream `AllocationResultsMaxSize`: devices one claim may get.
+pub const ALLOCATION_RESULTS_MAX_SIZE: usize = 32;
+
+/// Search steps (devices tried) for one node before giving up on it: bounds a cycle whatever the
+/// claims ask for (upstream bounds it only by the scheduling context).
+const STEP_LIMIT: usize = 100_000;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    Exact(usize),
+    All,
+}
+
+/// One way to satisfy a request: the request itself, or one of its `firstAvailable` subrequests.
+#[derive(Clone)]
+pub struct Alt {
+    /// `request` or `request/subrequest`, as in the allocation result.
+    pub name: String,
+    pub class: Arc<DeviceClass>,
+    /// Class selectors then request selectors, with their descriptions for errors.
+    pub selectors: Vec<(Arc<Program>, String)>,
+    pub mode: Mode,
+    pub admin: bool,
+    pub tolerations: Vec<DeviceToleration>,
+}
+
+#[derive(Clone)]
+pub struct Request {
+    pub claim: usize,
+    /// The request's own name (constraints name it).
+    pub name: String,
+    pub alts: Vec<Alt>,
+}
+
+#[derive(Clone)]
+struct Constraint {
+    claim: usize,
+    /// Requests it applies to (empty: all of the claim's).
+    requests: Vec<String>,
+    attribute: String,
+    distinct: bool,
+}
+
+/// Why claims cannot be prepared.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PrepareError {
+    /// A request names a DeviceClass that does not exist (the pod waits for it).
+    ClassMissing(String),
+    /// A selector does not compile, or a request asks for too many devices.
+    Invalid(String),
+}
+
+/// The claims to allocate, prepared once per pod (PreFilter).
+#[derive(Clone, Default)]
+pub struct Prepared {
+    pub claims: Vec<Arc<ResourceClaim>>,
+    pub requests: Vec<Request>,
+    constraints: Vec<Constraint>,
+}
+
+fn compile_selectors(
+    out: &mut Vec<(Arc<Program>, String)>,
+    sels: Option<&Vec<k8s_openapi::api::resource::v1::DeviceSelector>>,
+    what: &str,
+    cache: &SelectorCache,
+) -> Result<(), String> {
+    for (i, s) in sels.into_iter().flatten().enumerate() {
+        let Some(cel) = &s.cel else { continue };
+        let p = cache
+            .compile(&cel.expression)
+            .map_err(|e| format!("{what}: selector #{i}: CEL compile error: {e}"))?;
+        out.push((p, format!("{what}: selector #{i}")));
+    }
+    Ok(())
+}
+
+impl Prepared {
+    /// Compiles the selectors of `claims` and their classes. `Err` for what makes the claims
+    /// unusable (a bad expression, an oversized request).
+    pub fn new(
+        claims: Vec<Arc<ResourceClaim>>,
+        class: impl Fn(&str) -> Option<Arc<DeviceClass>>,
+        cache: &SelectorCache,
+    ) -> Result<Prepared, PrepareError> {
+        let mut requests = Vec::new();
+        let mut constraints = Vec::new();
+        for (ci, claim) in claims.iter().enumerate() {
+            let ckey = format!(
+                "{}/{}",
+                claim.metadata.namespace.as_deref().unwrap_or(""),
+                claim.metadata.name.as_deref().unwrap_or("")
+            );
+            let Some(devices) = &claim.spec.devices else {
+                continue;
+            };
+            for r in devices.requests.iter().flatten() {
+                let mut alts = Vec::new();
+                let mut subs = Vec::new();
+                if let Some(e) = &r.exactly {
+                    subs.push((
+                        r.name.clone(),
+                        &e.device_class_name,
+                        e.selectors.as_ref(),
+                        e.allocation_mode.as_deref(),
+                        e.count,
+                        e.admin_access == Some(true),
+                        e.tolerations.clone(),
+                    ));
+                }
+                for s in r.first_available.iter().flatten() {
+                    subs.push((
+                        format!("{}/{}", r.name, s.name),
+                        &s.device_class_name,
+                        s.selectors.as_ref(),
+                        s.allocation_mode.as_deref(),
+                        s.count,
+                        false,
+                        s.tolerations.clone(),
+                    ));
+                }
+                for (name, class_name, sels, mode, count, admin, tolerations) in subs {
+                    let Some(cls) = class(class_name) else {
+                        return Err(PrepareError::ClassMissing(format!(
+                            "request {name}: device class {class_name} does not exist"
+                        )));
+                    };
+                    let mode = match mode.unwrap_or("ExactCount") {
+                        "All" => Mode::All,
+                        _ => {
+                            let n = count.unwrap_or(1).max(0) as usize;
+                            if n > ALLOCATION_RESULTS_MAX_SIZE {
+                                return Err(PrepareError::Invalid(format!(
+                                    "claim {ckey}, request {name}: number of requested devices {n} exceeds the claim limit of {ALLOCATION_RESULTS_MAX_SIZE}"
+                                )));
+                            }
+                            Mode::Exact(n)
+                        }
+                    };
+                    let mut selectors = Vec::new();
+                    let cname = cls.metadata.name.clone().unwrap_or_default();
+                    compile_selectors(
+                        &mut selectors,
+                        cls.spec.selectors.as_ref(),
+                        &format!("class {cname}"),
+                        cache,
+                    )
+                    .map_err(PrepareError::Invalid)?;
+                    compile_selectors(
+                        &mut selectors,
+                        sels,
+                        &format!("claim {ckey}, request {name}"),
+                        cache,
+                    )
+                    .map_err(PrepareError::Invalid)?;
+                    alts.push(Alt {
+                        name,
+                        class: cls,
+                        selectors,
+                        mode,
+                        admin,
+                        tolerations: tolerations.unwrap_or_default(),
+                    });
+                }
+                requests.push(Request {
+                    claim: ci,
+                    name: r.name.clone(),
+                    alts,
+                });
+            }
+            for c in devices.constraints.iter().flatten() {
+                let (attribute, distinct) = match (&c.match_attribute, &c.distinct_attribute) {
+                    (Some(a), _) => (a.clone(), false),
+                    (None, Some(a)) => (a.clone(), true),
+                    (None, None) => continue,
+                };
+                constraints.push(Constraint {
+                    claim: ci,
+                    requests: c.requests.clone().unwrap_or_default(),
+                    attribute,
+                    distinct,
+                });
+            }
+        }
+        Ok(Prepared {
+            claims,
+            requests,
+            constraints,
+        })
+    }
+}
+
+/// A device of a slice the node can use.
+pub struct NodeDevice<'a> {
+    pub slice: &'a ResourceSlice,
+    pub device: &'a Device,
+    value: OnceCell<Value>,
+}
+
+impl<'a> NodeDevice<'a> {
+    pub fn new(slice: &'a ResourceSlice, device: &'a Device) -> NodeDevice<'a> {
+        NodeDevice {
+            slice,
+            device,
+            value: OnceCell::new(),
+        }
+    }
+
+    fn value(&self) -> &Value {
+        self.value
+            .get_or_init(|| selectors::device_value(&self.slice.spec.driver, self.device))
+    }
+
+    fn attribute(&self, qualified: &str) -> Option<String> {
+        let driver = &self.slice.spec.driver;
+        let (domain, id) = qualify(qualified, driver);
+        self.device
+            .attributes
+            .iter()
+            .flatten()
+            .find_map(|(k, v)| (qualify(k, driver) == (domain, id)).then(|| format!("{v:?}")))
+    }
+}
+
+/// Upstream `DeviceToleration.ToleratesTaint`.
+pub fn tolerates(t: &DeviceToleration, taint: &DeviceTaint) -> bool {
+    if let Some(e) = t.effect.as_deref().filter(|e| !e.is_empty()) {
+        if e != taint.effect {
+            return false;
+        }
+    }
+    let key = t.key.as_deref().unwrap_or("");
+    match t.operator.as_deref().unwrap_or("Equal") {
+        "Exists" => key.is_empty() || key == taint.key,
+        "Equal" => {
+            key == taint.key
+                && t.value.as_deref().unwrap_or("") == taint.value.as_deref().unwrap_or("")
+        }
+        _ => false,
+    }
+}
+
+fn taints_tolerated(device: &Device, tolerations: &[DeviceToleration]) -> bool {
+    device.taints.iter().flatten().all(|taint| {
+        !matches!(taint.effect.as_str(), "NoSchedule" | "NoExecute")
+            || tolerations.iter().any(|t| tolerates(t, taint))
+    })
+}
+
+struct Search<'p, 'd> {
+    prep: &'p Prepared,
+    devices: &'d [NodeDevice<'d>],
+    taken: &'p Taken<'p>,
+    /// Pools whose slices are not all there (All requests cannot be decided).
+    incomplete: &'p HashSet<(String, String)>,
+    used: Vec<bool>,
+    /// Selector results per (request, alternative) and device, evaluated on first need.
+    memo: HashMap<(usize, usize), Vec<Option<bool>>>,
+    /// (request, alternative, device) picked so far.
+    picked: Vec<(usize, usize, usize)>,
+    steps: usize,
+    error: Option<String>,
+}
+
+impl Search<'_, '_> {
+    fn selectable(&mut self, r: usize, a: usize, d: usize) -> bool {
+        let n = self.devices.len();
+        if let Some(Some(v)) = self.memo.get(&(r, a)).map(|m| m[d]) {
+            return v;
+        }
+        let alt = &self.prep.requests[r].alts[a];
+        let dev = &self.devices[d];
+        let mut ok = taints_tolerated(dev.device, &alt.tolerations);
+        if ok {
+            for (p, what) in &alt.selectors {
+                match selectors::matches(p, dev.value()) {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        ok = false;
+                        break;
+                    }
+                    Err(e) => {
+                        if self.error.is_none() {
+                            self.error = Some(format!("{what}: CEL runtime error: {e}"));
+                        }
+                        ok = false;
+                        break;
+                    }
+                }
+            }
+        }
+        self.memo.entry((r, a)).or_insert_with(|| vec![None; n])[d] = Some(ok);
+        ok
+    }
+
+    fn free(&self, a: &Alt, d: usize) -> bool {
+        let dev = &self.devices[d];
+        !self.used[d]
+            && (a.admin
+                || !self.taken.contains(
+                    &dev.slice.spec.driver,
+                    &dev.slice.spec.pool.name,
+                    &dev.device.name,
+                ))
+    }
+
+    /// Whether adding device `d` for request `r` keeps the claim's constraints.
+    fn constraints_ok(&self, r: usize, d: usize) -> bool {
+        let req = &self.prep.requests[r];
+        for c in self
+            .prep
+            .constraints
+            .iter()
+            .filter(|c| c.claim == req.claim)
+        {
+            if !c.requests.is_empty() && !c.requests.contains(&req.name) {
+                continue;
+            }
+            let Some(v) = self.devices[d].attribute(&c.attribute) else {
+                return false;
+            };
+            for &(pr, _, pd) in &self.picked {
+                let preq = &self.prep.requests[pr];
+                if preq.claim != c.claim
+                    || (!c.requests.is_empty() && !c.requests.contains(&preq.name))
+                {
+                    continue;
+                }
+                let same = self.devices[pd].attribute(&c.attribute).as_ref() == Some(&v);
+                if same == c.distinct {
+                    return false;
+                }
+            }
+        }
+        true
+    }
+
+    fn request(&mut self, r: usize) -> bool {
+        if r == self.prep.requests.len() {
+            return true;
+        }
+        for a in 0..self.prep.requests[r].alts.len() {
+            let alt = &self.prep.requests[r].alts[a];
+            let ok = match alt.mode {
+                Mode::Exact(n) => self.pick(r, a, n, 0),
+                Mode::All => self.all(r, a),
+            };
+            if ok {
+                return true;
+            }
+            if self.error.is_some() || self.steps > STEP_LIMIT {
+                return false;
+            }
+        }
+        false
+    }
+
+    fn pick(&mut self, r: usize, a: usize, remaining: usize, from: usize) -> bool {
+        if remaining == 0 {
+            return self.request(r + 1);
+        }
+        let n = self.devices.len();
+        let mut d = from;
+        while d + remaining <= n {
+            self.steps += 1;
+            if self.steps > STEP_LIMIT || self.error.is_some() {
+                return false;
+            }
+            let alt = &self.prep.requests[r].alts[a];
+            if self.free(alt, d) && self.selectable(r, a, d) && self.constraints_ok(r, d) {
+                self.used[d] = true;
+                self.picked.push((r, a, d));
+                if self.pick(r, a, remaining - 1, d + 1) {
+                    return true;
+                }
+                self.picked.pop();
+                self.used[d] = false;
+            }
+            d += 1;
+        }
+        false
+    }
+
+    /// `All`: every matching device of the node, at least one, all free.
+    fn all(&mut self, r: usize, a: usize) -> bool {
+        let mut chosen = Vec::new();
+        for d in 0..self.devices.len() {
+            self.steps += 1;
+            if !self.selectable(r, a, d) {
+                continue;
+            }
+            let dev = &self.devices[d];
+            let pool = (
+                dev.slice.spec.driver.clone(),
+                dev.slice.spec.pool.name.clone(),
+            );
+            if self.incomplete.contains(&pool) {
+                let req = &self.prep.requests[r];
+                self.error = Some(format!(
+                    "claim {}, request {}: asks for all devices, but resource pool {} is currently being updated",
+                    self.prep.claims[req.claim].metadata.name.as_deref().unwrap_or(""),
+                    req.alts[a].name,
+                    pool.1
+                ));
+                return false;
+            }
+            if !self.free(&self.prep.requests[r].alts[a], d) || !self.constraints_ok(r, d) {
+                return false;
+            }
+            chosen.push(d);
+        }
+        if chosen.is_empty() {
+            return false;
+        }
+        for &d in &chosen {
+            self.used[d] = true;
+            self.picked.push((r, a, d));
+        }
+        if self.request(r + 1) {
+            return true;
+        }
+        for &d in &chosen {
+            self.used[d] = false;
+            self.picked.pop();
+        }
+        false
+    }
+}
+
+/// The node selector of an allocation from these devices' slices: the node itself for node-local
+/// devices, else the first slice's selector, else none (all nodes).
+fn allocation_node_selector(devs: &[&NodeDevice<'_>], node: &str) -> Option<NodeSelector> {
+    let local = devs.iter().any(|d| {
+        d.slice
+            .spec
+            .node_name
+            .as_deref()
+            .is_some_and(|n| !n.is_empty())
+            || d.device.node_name.as_deref().is_some_and(|n| !n.is_empty())
+    });
+    if local {
+        return Some(NodeSelector {
+            node_selector_terms: vec![NodeSelectorTerm {
+                match_fields: Some(vec![NodeSelectorRequirement {
+                    key: "metadata.name".into(),
+                    operator: "In".into(),
+                    values: Some(vec![node.to_string()]),
+                }]),
+                ..Default::default()
+            }],
+        });
+    }
+    devs.iter().find_map(|d| {
+        d.device
+            .node_selector
+            .clone()
+            .or_else(|| d.slice.spec.node_selector.clone())
+    })
+}
+
+/// Allocates every prepared claim on `node`: `Ok(None)` when the devices do not suffice, `Err`
+/// when a claim or class cannot be evaluated (upstream aborts the pod's cycle then).
+pub fn allocate(
+    prep: &Prepared,
+    node: &NodeInfo,
+    devices: &[NodeDevice<'_>],
+    taken: &Taken<'_>,
+    incomplete: &HashSet<(String, String)>,
+) -> Result<Option<Vec<AllocationResult>>, String> {
+    let mut s = Search {
+        prep,
+        devices,
+        taken,
+        incomplete,
+        used: vec![false; devices.len()],
+        memo: HashMap::new(),
+        picked: Vec::new(),
+        steps: 0,
+        error: None,
+    };
+    let found = s.request(0);
+    if let Some(e) = s.error {
+        return Err(e);
+    }
+    if !found {
+        return Ok(None);
+    }
+    let mut out = Vec::with_capacity(prep.claims.len());
+    for (ci, claim) in prep.claims.iter().enumerate() {
+        let mut results = Vec::new();
+        let mut config = Vec::new();
+        let mut devs = Vec::new();
+        let mut classes_done = HashSet::new();
+        for &(r, a, d) in s
+            .picked
+            .iter()
+            .filter(|(r, _, _)| prep.requests[*r].claim == ci)
+        {
+            let alt = &prep.requests[r].alts[a];
+            let dev = &devices[d];
+            devs.push(dev);
+            results.push(DeviceRequestAllocationResult {
+                request: alt.name.clone(),
+                driver: dev.slice.spec.driver.clone(),
+                pool: dev.slice.spec.pool.name.clone(),
+                device: dev.device.name.clone(),
+                admin_access: alt.admin.then_some(true),
+                tolerations: (!alt.tolerations.is_empty()).then(|| alt.tolerations.clone()),
+                ..Default::default()
+            });
+            if classes_done.insert(alt.name.clone()) {
+                for c in alt.class.spec.config.iter().flatten() {
+                    config.push(DeviceAllocationConfiguration {
+                        source: "FromClass".into(),
+                        requests: Some(vec![alt.name.clone()]),
+                        opaque: c.opaque.clone(),
+                    });
+                }
+            }
+        }
+        if let Some(d) = &claim.spec.devices {
+            for c in d.config.iter().flatten() {
+                config.push(DeviceAllocationConfiguration {
+                    source: "FromClaim".into(),
+                    requests: c.requests.clone(),
+                    opaque: c.opaque.clone(),
+                });
+            }
+        }
+        out.push(AllocationResult {
+            devices: Some(DeviceAllocationResult {
+                results: Some(results),
+                config: (!config.is_empty()).then_some(config),
+            }),
+            node_selector: allocation_node_selector(&devs, node.name()),
+            ..Default::default()
+        });
+    }
+    Ok(Some(out))
+}
+
+/// Whether a slice (or, with per-device node selection, a device) is usable on the node.
+pub fn slice_on_node(slice: &ResourceSlice, device: Option<&Device>, node: &NodeInfo) -> bool {
+    let (node_name, all, sel) = match device {
+        Some(d) if slice.spec.per_device_node_selection == Some(true) => (
+            d.node_name.as_deref(),
+            d.all_nodes,
+            d.node_selector.as_ref(),
+        ),
+        _ => (
+            slice.spec.node_name.as_deref(),
+            slice.spec.all_nodes,
+            slice.spec.node_selector.as_ref(),
+        ),
+    };
+    if let Some(n) = node_name.filter(|n| !n.is_empty()) {
+        return n == node.name();
+    }
+    if all == Some(true) {
+        return true;
+    }
+    sel.is_some_and(|s| node_selector_matches(s, node))
+}

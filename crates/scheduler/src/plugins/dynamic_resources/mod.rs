@@ -1,0 +1,568 @@
+//! DynamicResources (upstream `dynamicresources`, structured parameters only): a pod's
+//! ResourceClaims must exist (PreEnqueue, PreFilter); claims already allocated must be reachable
+//! from the node (their allocation's node selector); the others must be satisfiable together from
+//! the node's ResourceSlices (Filter, see [`allocator`]). Reserve takes the devices in the shared
+//! [`tracker::Tracker`] so the next cycle does not hand them out again; PreBind writes each claim's
+//! `status.allocation` (after the `resource.kubernetes.io/delete-protection` finalizer) and adds the
+//! pod to `status.reservedFor`, retrying on conflicts; Unreserve undoes both.
+//!
+//! Not done: PostFilter (upstream deallocates a claim reserved for nobody when it blocks the pod),
+//! Score, extended resources backed by devices, binding conditions, the in-flight allocation limit.
+
+pub mod allocator;
+pub mod selectors;
+pub mod slices;
+#[cfg(test)]
+mod tests;
+pub mod tracker;
+
+use std::sync::{Arc, Mutex};
+
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use k8s_openapi::api::core::v1::{NodeSelector, Pod};
+use k8s_openapi::api::resource::v1::{
+    AllocationResult, ResourceClaim, ResourceClaimConsumerReference,
+};
+use kube::api::PostParams;
+use kube::Api;
+
+use self::allocator::{allocate, PrepareError, Prepared};
+use self::selectors::SelectorCache;
+use self::slices::SliceIndex;
+use self::tracker::claim_key;
+use super::node_affinity::node_selector_matches;
+use crate::framework::{
+    action, ClusterEvent, CycleState, EventResource, FilterPlugin, Handle, NodeInfo, Plugin,
+    PreBindPlugin, PreEnqueuePlugin, PreFilterPlugin, PreFilterResult, ReservePlugin, Status,
+};
+
+pub const NAME: &str = "DynamicResources";
+const STATE_KEY: &str = "PreFilterDynamicResources";
+/// Upstream `ResourceClaimReservedForMaxSize`.
+pub const RESERVED_FOR_MAX_SIZE: usize = 256;
+pub const FINALIZER: &str = "resource.kubernetes.io/delete-protection";
+pub const ERR_CANNOT_ALLOCATE: &str = "cannot allocate all claims";
+pub const ERR_NOT_AVAILABLE: &str = "resourceclaim not available on the node";
+pub const ERR_IN_USE: &str = "resourceclaim in use";
+/// PreBind's attempts at a claim's status write that meets conflicts (client-go `DefaultRetry`).
+const WRITE_ATTEMPTS: usize = 5;
+
+pub struct DynamicResources {
+    handle: Handle,
+    selectors: SelectorCache,
+    /// The slice index and the slice generation it was built at.
+    index: Mutex<Option<(u64, Arc<SliceIndex>)>>,
+}
+
+#[derive(Clone)]
+struct State {
+    /// The pod's claims as the scheduler sees them (assumed allocations included).
+    claims: Vec<Arc<ResourceClaim>>,
+    /// For allocated claims, where their devices are.
+    available_on: Vec<Option<NodeSelector>>,
+    /// Indices into `claims` of the claims to allocate, in `prepared`'s order.
+    to_allocate: Vec<usize>,
+    prepared: Option<Arc<Prepared>>,
+    index: Arc<SliceIndex>,
+    /// Reserve's allocations, by claim index.
+    allocations: Vec<Option<AllocationResult>>,
+    /// Claims PreBind added the pod to (Unreserve takes it out again).
+    reserved_in_api: Arc<Mutex<Vec<String>>>,
+}
+
+fn pod_ref(pod: &Pod) -> (String, String, String) {
+    (
+        pod.metadata.namespace.clone().unwrap_or_default(),
+        pod.metadata.name.clone().unwrap_or_default(),
+        pod.metadata.uid.clone().unwrap_or_default(),
+    )
+}
+
+fn reserved_for_pod(claim: &ResourceClaim, uid: &str) -> bool {
+    claim
+        .status
+        .as_ref()
+        .and_then(|s| s.reserved_for.as_ref())
+        .is_some_and(|r| r.iter().any(|c| c.resource == "pods" && c.uid == uid))
+}
+
+fn allocation(claim: &ResourceClaim) -> Option<&AllocationResult> {
+    claim.status.as_ref().and_then(|s| s.allocation.as_ref())
+}
+
+impl DynamicResources {
+    pub fn new(handle: Handle) -> DynamicResources {
+        DynamicResources {
+            handle,
+            selectors: SelectorCache::default(),
+            index: Mutex::new(None),
+        }
+    }
+
+    /// Upstream `foreachPodResourceClaim`: the pod's claims, or why they cannot be had.
+    fn pod_claims(&self, pod: &Pod) -> Result<Vec<Arc<ResourceClaim>>, String> {
+        let (ns, pod_name, uid) = pod_ref(pod);
+        let mut out = Vec::new();
+        let entries = pod.spec.as_ref().and_then(|s| s.resource_claims.as_ref());
+        for rc in entries.into_iter().flatten() {
+            let (name, check_owner) = if let Some(n) = &rc.resource_claim_name {
+                (n.clone(), false)
+            } else if rc.resource_claim_template_name.is_some() {
+                let status = pod
+                    .status
+                    .as_ref()
+                    .and_then(|s| s.resource_claim_statuses.as_ref())
+                    .and_then(|s| s.iter().find(|s| s.name == rc.name));
+                match status {
+                    // Created for the pod, or deliberately none (nothing to allocate).
+                    Some(s) => match &s.resource_claim_name {
+                        Some(n) => (n.clone(), true),
+                        None => continue,
+                    },
+                    None => {
+                        return Err(format!(
+                            "pod \"{pod_name}/{}\": ResourceClaim not created yet",
+                            rc.name
+                        ))
+                    }
+                }
+            } else {
+                return Err(format!(
+                    "pod \"{pod_name}\", spec.resourceClaim \"{}\": none of the supported fields are set",
+                    rc.name
+                ));
+            };
+            let key = format!("{ns}/{name}");
+            let Some(claim) = self
+                .handle
+                .listers
+                .dra
+                .get(&key, &self.handle.listers.resource_claims)
+            else {
+                return Err(format!(
+                    "resourceclaim.resource.k8s.io \"{name}\" not found"
+                ));
+            };
+            if claim.metadata.deletion_timestamp.is_some() {
+                return Err(format!("resourceclaim \"{name}\" is being deleted"));
+            }
+            if check_owner {
+                let owned = claim
+                    .metadata
+                    .owner_references
+                    .iter()
+                    .flatten()
+                    .any(|o| o.controller == Some(true) && o.uid == uid);
+                if !owned {
+                    return Err(format!(
+                        "ResourceClaim {ns}/{name} was not created for pod {ns}/{pod_name} (pod is not owner)"
+                    ));
+                }
+            }
+            out.push(claim);
+        }
+        Ok(out)
+    }
+
+    /// The slice index, rebuilt when a slice changed since it was built.
+    fn slice_index(&self) -> Arc<SliceIndex> {
+        let generation = self.handle.listers.dra.slices_generation();
+        let Ok(mut g) = self.index.lock() else {
+            return Arc::new(SliceIndex::build(
+                self.handle.listers.resource_slices.list(),
+            ));
+        };
+        if let Some((gen, idx)) = g.as_ref() {
+            if *gen == generation {
+                return idx.clone();
+            }
+        }
+        let idx = Arc::new(SliceIndex::build(
+            self.handle.listers.resource_slices.list(),
+        ));
+        *g = Some((generation, idx.clone()));
+        idx
+    }
+}
+
+impl Plugin for DynamicResources {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+    fn events_to_register(&self) -> Vec<ClusterEvent> {
+        vec![
+            ClusterEvent::new(EventResource::ResourceClaim, action::ALL),
+            ClusterEvent::new(EventResource::ResourceSlice, action::ADD | action::UPDATE),
+            ClusterEvent::new(EventResource::DeviceClass, action::ADD | action::UPDATE),
+            ClusterEvent::new(EventResource::Node, action::ADD | action::UPDATE_NODE_LABEL),
+            // A finished or deleted pod may leave a claim it held free to share or reallocate.
+            ClusterEvent::new(EventResource::Pod, action::DELETE),
+        ]
+    }
+    fn as_pre_enqueue(&self) -> Option<&dyn PreEnqueuePlugin> {
+        Some(self)
+    }
+    fn as_pre_filter(&self) -> Option<&dyn PreFilterPlugin> {
+        Some(self)
+    }
+    fn as_filter(&self) -> Option<&dyn FilterPlugin> {
+        Some(self)
+    }
+    fn as_reserve(&self) -> Option<&dyn ReservePlugin> {
+        Some(self)
+    }
+    fn as_pre_bind(&self) -> Option<&dyn PreBindPlugin> {
+        Some(self)
+    }
+}
+
+impl PreEnqueuePlugin for DynamicResources {
+    fn pre_enqueue(&self, pod: &Pod) -> Status {
+        match self.pod_claims(pod) {
+            Ok(_) => Status::Success,
+            Err(e) => Status::UnschedulableAndUnresolvable(e),
+        }
+    }
+}
+
+impl PreFilterPlugin for DynamicResources {
+    fn pre_filter(&self, state: &mut CycleState, pod: &Pod) -> (Option<PreFilterResult>, Status) {
+        let claims = match self.pod_claims(pod) {
+            Ok(c) => c,
+            Err(e) => return (None, Status::UnschedulableAndUnresolvable(e)),
+        };
+        if claims.is_empty() {
+            return (None, Status::Skip);
+        }
+        let (_, _, uid) = pod_ref(pod);
+        let mut available_on = Vec::with_capacity(claims.len());
+        let mut to_allocate = Vec::new();
+        for (i, claim) in claims.iter().enumerate() {
+            match allocation(claim) {
+                Some(a) => {
+                    let reserved = claim
+                        .status
+                        .as_ref()
+                        .and_then(|s| s.reserved_for.as_ref())
+                        .map_or(0, |r| r.len());
+                    if reserved >= RESERVED_FOR_MAX_SIZE && !reserved_for_pod(claim, &uid) {
+                        return (
+                            None,
+                            Status::UnschedulableAndUnresolvable(ERR_IN_USE.into()),
+                        );
+                    }
+                    available_on.push(a.node_selector.clone());
+                }
+                None => {
+                    let key = claim_key(claim);
+                    if self.handle.listers.dra.is_pending(&key) {
+                        return (
+                            None,
+                            Status::UnschedulableAndUnresolvable(format!(
+                                "resource claim {key} is in the process of being allocated"
+                            )),
+                        );
+                    }
+                    available_on.push(None);
+                    to_allocate.push(i);
+                }
+            }
+        }
+        let prepared = if to_allocate.is_empty() {
+            None
+        } else {
+            let list = to_allocate.iter().map(|&i| claims[i].clone()).collect();
+            let classes = &self.handle.listers.device_classes;
+            match Prepared::new(list, |n| classes.get(n), &self.selectors) {
+                Ok(p) => Some(Arc::new(p)),
+                Err(PrepareError::ClassMissing(e)) => {
+                    return (None, Status::UnschedulableAndUnresolvable(e))
+                }
+                Err(PrepareError::Invalid(e)) => return (None, Status::Error(e)),
+            }
+        };
+        let n = claims.len();
+        state.write(
+            STATE_KEY,
+            State {
+                claims,
+                available_on,
+                to_allocate,
+                index: if prepared.is_some() {
+                    self.slice_index()
+                } else {
+                    Arc::default()
+                },
+                prepared,
+                allocations: vec![None; n],
+                reserved_in_api: Arc::default(),
+            },
+        );
+        (None, Status::Success)
+    }
+}
+
+impl DynamicResources {
+    fn allocate_on(
+        &self,
+        s: &State,
+        node: &NodeInfo,
+    ) -> Result<Option<Vec<AllocationResult>>, String> {
+        let Some(prep) = &s.prepared else {
+            return Ok(Some(Vec::new()));
+        };
+        let devices = s.index.devices(node);
+        self.handle
+            .listers
+            .dra
+            .with_taken(|taken| allocate(prep, node, &devices, taken, &s.index.incomplete))
+    }
+}
+
+impl FilterPlugin for DynamicResources {
+    fn filter(&self, state: &CycleState, _pod: &Pod, node: &NodeInfo) -> Status {
+        let Some(s) = state.read::<State>(STATE_KEY) else {
+            return Status::Success;
+        };
+        let unavailable = s.available_on.iter().any(|sel| {
+            sel.as_ref()
+                .is_some_and(|sel| !node_selector_matches(sel, node))
+        });
+        match self.allocate_on(s, node) {
+            Err(e) => return Status::Error(e),
+            Ok(None) => return Status::UnschedulableAndUnresolvable(ERR_CANNOT_ALLOCATE.into()),
+            Ok(Some(_)) => {}
+        }
+        if unavailable {
+            return Status::UnschedulableAndUnresolvable(ERR_NOT_AVAILABLE.into());
+        }
+        Status::Success
+    }
+}
+
+impl ReservePlugin for DynamicResources {
+    fn reserve(&self, state: &mut CycleState, _pod: &Pod, node: &str) -> Status {
+        let Some(ni) = state.snapshot.get(node).cloned() else {
+            return Status::Error(format!("node {node:?} not in the snapshot"));
+        };
+        let Some(s) = state.read::<State>(STATE_KEY) else {
+            return Status::Success;
+        };
+        if s.prepared.is_none() {
+            return Status::Success;
+        }
+        // Filter's answer is recomputed for the chosen node only (upstream keeps every node's).
+        let results = match self.allocate_on(s, &ni) {
+            Err(e) => return Status::Error(e),
+            Ok(None) => return Status::Unschedulable(ERR_CANNOT_ALLOCATE.into()),
+            Ok(Some(r)) => r,
+        };
+        let Some(s) = state.read_mut::<State>(STATE_KEY) else {
+            return Status::Success;
+        };
+        for (&i, result) in s.to_allocate.iter().zip(results) {
+            let mut claim = (*s.claims[i]).clone();
+            claim.status.get_or_insert_with(Default::default).allocation = Some(result.clone());
+            self.handle.listers.dra.assume_pending(Arc::new(claim));
+            s.allocations[i] = Some(result);
+        }
+        Status::Success
+    }
+
+    fn unreserve(&self, state: &mut CycleState, pod: &Pod, _node: &str) {
+        let Some(s) = state.read::<State>(STATE_KEY) else {
+            return;
+        };
+        for &i in &s.to_allocate {
+            self.handle.listers.dra.forget(
+                &claim_key(&s.claims[i]),
+                &self.handle.listers.resource_claims,
+            );
+        }
+        let written: Vec<String> = s
+            .reserved_in_api
+            .lock()
+            .map(|g| g.clone())
+            .unwrap_or_default();
+        let (Some(client), false) = (self.handle.client.clone(), written.is_empty()) else {
+            return;
+        };
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (ns, _, uid) = pod_ref(pod);
+        rt.spawn(async move {
+            let api: Api<ResourceClaim> = Api::namespaced(client, &ns);
+            for name in written {
+                unreserve_in_api(&api, &name, &uid).await;
+            }
+        });
+    }
+}
+
+/// Takes the pod out of the claim's `reservedFor` (the claim controller deallocates a claim
+/// reserved for nobody).
+async fn unreserve_in_api(api: &Api<ResourceClaim>, name: &str, uid: &str) {
+    for _ in 0..WRITE_ATTEMPTS {
+        let Ok(mut claim) = api.get(name).await else {
+            return;
+        };
+        let Some(list) = claim.status.as_mut().and_then(|s| s.reserved_for.as_mut()) else {
+            return;
+        };
+        let before = list.len();
+        list.retain(|r| r.uid != uid);
+        if list.len() == before {
+            return;
+        }
+        match api
+            .replace_status(name, &PostParams::default(), &claim)
+            .await
+        {
+            Err(kube::Error::Api(e)) if e.code == 409 => continue,
+            Err(e) => {
+                tracing::warn!(claim = name, error = %e, "removing pod from reservedFor");
+                return;
+            }
+            Ok(_) => return,
+        }
+    }
+}
+
+impl DynamicResources {
+    /// Upstream `bindClaim`: the allocation (if the scheduler made it) and the reservation.
+    async fn bind_claim(
+        &self,
+        client: kube::Client,
+        claim: &ResourceClaim,
+        allocation: Option<&AllocationResult>,
+        pod: &Pod,
+    ) -> Result<Arc<ResourceClaim>, String> {
+        let (ns, pod_name, uid) = pod_ref(pod);
+        let name = claim.metadata.name.clone().unwrap_or_default();
+        let api: Api<ResourceClaim> = Api::namespaced(client, &ns);
+        let mut claim = claim.clone();
+        // The assumed claim carries our allocation already: start from the API's view of it.
+        if let (Some(_), Some(st)) = (allocation, claim.status.as_mut()) {
+            st.allocation = None;
+        }
+        let mut refresh = false;
+        let mut last = String::new();
+        for _ in 0..WRITE_ATTEMPTS {
+            if refresh {
+                let fresh = api.get(&name).await.map_err(|e| e.to_string())?;
+                if fresh.metadata.uid != claim.metadata.uid {
+                    return Err(format!("claim {ns}/{name} got replaced in the meantime"));
+                }
+                if fresh.metadata.deletion_timestamp.is_some() {
+                    return Err(format!("claim {ns}/{name} got deleted in the meantime"));
+                }
+                claim = fresh;
+            }
+            if let Some(a) = allocation {
+                if allocation_of(&claim).is_some() {
+                    return Err(format!(
+                        "claim {ns}/{name} got allocated elsewhere in the meantime"
+                    ));
+                }
+                if !claim
+                    .metadata
+                    .finalizers
+                    .iter()
+                    .flatten()
+                    .any(|f| f == FINALIZER)
+                {
+                    claim
+                        .metadata
+                        .finalizers
+                        .get_or_insert_with(Vec::new)
+                        .push(FINALIZER.into());
+                    match api.replace(&name, &PostParams::default(), &claim).await {
+                        Ok(c) => claim = c,
+                        Err(kube::Error::Api(e)) if e.code == 409 => {
+                            refresh = true;
+                            last = e.message;
+                            continue;
+                        }
+                        Err(e) => return Err(format!("add finalizer: {e}")),
+                    }
+                }
+                claim.status.get_or_insert_with(Default::default).allocation = Some(a.clone());
+            }
+            if !reserved_for_pod(&claim, &uid) {
+                claim
+                    .status
+                    .get_or_insert_with(Default::default)
+                    .reserved_for
+                    .get_or_insert_with(Vec::new)
+                    .push(ResourceClaimConsumerReference {
+                        api_group: None,
+                        resource: "pods".into(),
+                        name: pod_name.clone(),
+                        uid: uid.clone(),
+                    });
+            }
+            match api
+                .replace_status(&name, &PostParams::default(), &claim)
+                .await
+            {
+                Ok(c) => return Ok(Arc::new(c)),
+                Err(kube::Error::Api(e)) if e.code == 409 => {
+                    refresh = true;
+                    last = e.message;
+                }
+                Err(e) => return Err(format!("update claim status: {e}")),
+            }
+        }
+        Err(format!("claim {ns}/{name}: {last}"))
+    }
+}
+
+fn allocation_of(claim: &ResourceClaim) -> Option<&AllocationResult> {
+    allocation(claim)
+}
+
+impl PreBindPlugin for DynamicResources {
+    fn pre_bind<'a>(
+        &'a self,
+        state: &'a CycleState,
+        pod: &'a Pod,
+        _node: &'a str,
+    ) -> BoxFuture<'a, Status> {
+        async move {
+            let Some(s) = state.read::<State>(STATE_KEY) else {
+                return Status::Success;
+            };
+            let Some(client) = self.handle.client.clone() else {
+                return Status::Error("no API client".into());
+            };
+            let (_, _, uid) = pod_ref(pod);
+            for (i, claim) in s.claims.iter().enumerate() {
+                let alloc = s.allocations[i].as_ref();
+                if alloc.is_none() && reserved_for_pod(claim, &uid) {
+                    continue;
+                }
+                match self.bind_claim(client.clone(), claim, alloc, pod).await {
+                    Ok(written) => {
+                        if let Ok(mut g) = s.reserved_in_api.lock() {
+                            g.push(written.metadata.name.clone().unwrap_or_default());
+                        }
+                        self.handle
+                            .listers
+                            .dra
+                            .assume_written(written, &self.handle.listers.resource_claims);
+                    }
+                    Err(e) => {
+                        return Status::Error(format!(
+                            "binding claim {}: {e}",
+                            claim.metadata.name.as_deref().unwrap_or("")
+                        ))
+                    }
+                }
+            }
+            Status::Success
+        }
+        .boxed()
+    }
+}

@@ -39,6 +39,10 @@ pub struct SimFlags {
     /// How often each node renews its Lease (the kubelet's 10 s).
     #[arg(long = "sim-lease-renew-interval", default_value = "10s", value_parser = crate::serve::parse_duration)]
     renew_interval: std::time::Duration,
+    /// DRA devices of every node, `DRIVER=COUNT` (e.g. `gpu.example.com=8`), comma-separated:
+    /// one ResourceSlice per node and driver, the node's own pool.
+    #[arg(long = "sim-devices", value_delimiter = ',', value_parser = sim::devices::DeviceSpec::parse)]
+    devices: Vec<sim::devices::DeviceSpec>,
 }
 
 impl SimFlags {
@@ -57,6 +61,7 @@ impl SimFlags {
             node_cidr_mask: self.node_cidr_mask,
             workers: self.workers,
             renew_interval: self.renew_interval,
+            devices: self.devices.clone(),
             ..Default::default()
         }
     }

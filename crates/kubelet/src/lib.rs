@@ -24,6 +24,7 @@ pub mod node;
 pub mod podconfig;
 pub mod prober;
 pub mod server;
+pub mod stats;
 pub mod status_manager;
 pub mod sync;
 pub mod volumes;

@@ -1,14 +1,15 @@
 //! The kubelet's HTTPS server (upstream `pkg/kubelet/server`), on port 10250 by default: container
 //! logs (`/containerLogs/<ns>/<pod>/<container>`), `exec`, `attach` and `portForward` (passed through
-//! to the runtime's streaming server, see [`streaming`]), `/pods` and `/healthz`.
+//! to the runtime's streaming server, see [`streaming`]), `/pods`, `/healthz`, `/stats/summary` and
+//! `/metrics/resource` (see [`crate::stats`]).
 //!
 //! TLS with the certificate given by flags, or a self-signed one kept in `<root-dir>/pki`
 //! (`kubelet.crt`, as upstream makes it). Every request is authenticated and authorized first
 //! ([`auth`]): client certificates from `--client-ca-file`, bearer tokens through `TokenReview`,
 //! anonymous access; then `AlwaysAllow` or `SubjectAccessReview` (`--authorization-mode Webhook`).
 //!
-//! Differences: no `/metrics`, `/stats`, `/spec`, `/configz`, `/runningpods` or `/checkpoint`
-//! endpoints.
+//! Differences: no `/metrics`, `/metrics/cadvisor`, `/metrics/probes`, `/spec`, `/configz`,
+//! `/runningpods` or `/checkpoint` endpoints.
 
 pub mod auth;
 pub mod logs;
@@ -215,6 +216,8 @@ pub async fn serve(listener: Listener, kubelet: Arc<Kubelet>) {
         &kubelet.config.node_name,
         kubelet.client.clone(),
     ));
+    // One per server: it keeps the CPU samples rates are computed from.
+    let stats = Arc::new(crate::stats::Provider::default());
     tracing::info!(%addr, "kubelet server listening");
     let mut connections = tokio::task::JoinSet::new();
     loop {
@@ -229,7 +232,8 @@ pub async fn serve(listener: Listener, kubelet: Arc<Kubelet>) {
             Some(_) = connections.join_next(), if !connections.is_empty() => continue,
         };
         let _ = stream.set_nodelay(true);
-        let (tls, kubelet, auth) = (tls.clone(), kubelet.clone(), auth.clone());
+        let (tls, kubelet, auth, stats) =
+            (tls.clone(), kubelet.clone(), auth.clone(), stats.clone());
         connections.spawn(async move {
             let Ok(stream) = tls.accept(stream).await else {
                 tracing::debug!(%peer, "kubelet server: TLS handshake failed");
@@ -244,7 +248,8 @@ pub async fn serve(listener: Listener, kubelet: Arc<Kubelet>) {
                 .and_then(|c| auth::User::from_certificate(c.as_ref()));
             let cert_user = Arc::new(cert_user);
             let service = hyper::service::service_fn(move |req: Request<Incoming>| {
-                let (kubelet, auth, cert_user) = (kubelet.clone(), auth.clone(), cert_user.clone());
+                let (kubelet, auth, cert_user, stats) =
+                    (kubelet.clone(), auth.clone(), cert_user.clone(), stats.clone());
                 async move {
                     let checked = auth
                         .check(
@@ -255,7 +260,7 @@ pub async fn serve(listener: Listener, kubelet: Arc<Kubelet>) {
                         )
                         .await;
                     Ok::<_, Infallible>(match checked {
-                        Ok(_) => handle(&kubelet, req).await,
+                        Ok(_) => handle(&kubelet, &stats, req).await,
                         Err(auth::Refusal(code, message)) => text(
                             StatusCode::from_u16(code).unwrap_or(StatusCode::FORBIDDEN),
                             &message,
@@ -374,7 +379,11 @@ fn query_pairs(raw: Option<&str>) -> Vec<(String, String)> {
         .collect()
 }
 
-async fn handle(kubelet: &Arc<Kubelet>, req: Request<Incoming>) -> Response<ProxyBody> {
+async fn handle(
+    kubelet: &Arc<Kubelet>,
+    stats: &crate::stats::Provider,
+    req: Request<Incoming>,
+) -> Response<ProxyBody> {
     let path = req.uri().path().to_string();
     let query = query_pairs(req.uri().query());
     let segments: Vec<&str> = path.trim_start_matches('/').split('/').collect();
@@ -383,6 +392,21 @@ async fn handle(kubelet: &Arc<Kubelet>, req: Request<Incoming>) -> Response<Prox
     match segments.as_slice() {
         ["healthz"] => text(StatusCode::OK, "ok"),
         ["pods"] | ["pods", ""] if method == Method::GET => pods(kubelet),
+        ["stats", "summary"] if method == Method::GET => {
+            // Upstream's query parameter: only the CPU and memory figures (what metrics-server asks).
+            let only = query
+                .iter()
+                .any(|(k, v)| k == "only_cpu_and_memory" && v == "true");
+            let summary = stats.collect(kubelet).await.to_json(only);
+            body_response(
+                "application/json",
+                serde_json::to_vec(&summary).unwrap_or_default(),
+            )
+        }
+        ["metrics", "resource"] if method == Method::GET => body_response(
+            "text/plain; version=0.0.4; charset=utf-8",
+            stats.collect(kubelet).await.to_prometheus().into_bytes(),
+        ),
         ["containerLogs", ns, pod, container] if method == Method::GET => {
             container_logs(kubelet, ns, pod, container, &query).await
         }
@@ -404,6 +428,15 @@ async fn handle(kubelet: &Arc<Kubelet>, req: Request<Incoming>) -> Response<Prox
         }
         _ => text(StatusCode::NOT_FOUND, "404 page not found"),
     }
+}
+
+fn body_response(content_type: &'static str, body: Vec<u8>) -> Response<ProxyBody> {
+    let mut r = Response::new(BodyExt::boxed(Full::new(Bytes::from(body))));
+    r.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static(content_type),
+    );
+    r
 }
 
 /// `GET /pods`: a `PodList` of what the kubelet runs.

@@ -23,6 +23,8 @@
 //!   that do not tolerate a node's NoExecute taints.
 //! - [`podgc`]: deletes terminated pods over a threshold and pods of vanished nodes.
 //! - [`replicaset`]: keeps a ReplicaSet's (or ReplicationController's) pods.
+//! - [`resourceclaim`]: ResourceClaims from pods' claim templates, reservations and deallocation
+//!   (Dynamic Resource Allocation).
 //! - [`resourcequota`]: ResourceQuota status (hard limits and current usage).
 //! - [`rootcacertpublisher`]: the `kube-root-ca.crt` ConfigMap in every namespace.
 //! - [`serviceaccount`]: the `default` ServiceAccount in every namespace.
@@ -51,6 +53,7 @@ pub mod nodeipam;
 pub mod nodelifecycle;
 pub mod podgc;
 pub mod replicaset;
+pub mod resourceclaim;
 pub mod resourcequota;
 pub mod rootcacertpublisher;
 pub mod serviceaccount;
@@ -357,6 +360,13 @@ pub const CONTROLLERS: &[ControllerDescriptor] = &[
                 c.options.resource_quota_sync_period,
             ))
         },
+    },
+    ControllerDescriptor {
+        name: "resourceclaim-controller",
+        alias: "resource-claim-controller",
+        enabled_by_default: true,
+        workers: 10,
+        run: |c| Box::pin(resourceclaim::run(c.client.clone(), &c.factory, c.workers)),
     },
     ControllerDescriptor {
         name: "persistentvolume-binder-controller",

@@ -208,7 +208,7 @@ pub fn issue_serving(
 }
 
 /// Reads `<name>.crt` and `<name>.key`, or makes and writes them.
-fn load_or_make(
+pub(crate) fn load_or_make(
     dir: &Path,
     name: &str,
     make: impl FnOnce(()) -> Result<(String, String), rcgen::Error>,

@@ -7,6 +7,7 @@
 //! ([`admission`]: the chain of admission plugins) on writes.
 
 pub mod admission;
+pub mod aggregator;
 pub mod allocator;
 pub mod apiservices;
 pub mod audit;
@@ -252,6 +253,8 @@ pub struct ApiServer {
     pub shutdown: shutdown::ShutdownOptions,
     /// The latest resource usage of nodes and pods (`metrics.k8s.io`).
     pub resource_metrics: resource_metrics::Store,
+    /// Remote APIServices and the credentials to reach them (see [`aggregator`]).
+    pub aggregator: aggregator::Aggregator,
 }
 
 impl ApiServer {
@@ -399,6 +402,7 @@ pub async fn start_member(
         &config.kubelet,
         (&pki.kubelet_client_cert, &pki.kubelet_client_key),
     )?;
+    let front_proxy = aggregator::FrontProxy::ensure(&config.data_dir)?;
     let registry = Registry::with_builtin();
     let caches = watch_cache::CacheSet::new();
     for r in registry.snapshot().resources.values() {
@@ -446,6 +450,7 @@ pub async fn start_member(
         watch_terminator: Default::default(),
         shutdown: config.shutdown,
         resource_metrics: resource_metrics::Store::new(config.metric_resolution),
+        aggregator: aggregator::Aggregator::new(front_proxy),
     });
     let current = store.current_revision().await.map_err(|e| e.to_string())?;
     tokio::spawn(caches.clone().run(store.clone()));
@@ -458,6 +463,10 @@ pub async fn start_member(
     tokio::spawn(crd::run(api.clone()));
     apiservices::sync(&api, false).await;
     tokio::spawn(apiservices::run(api.clone()));
+    tokio::spawn(aggregator::available::run(api.clone()));
+    if let Err(e) = aggregator::frontproxy::publish(&api, &pki.ca_cert).await {
+        tracing::warn!(error = %e, "cannot publish the extension API server authentication");
+    }
     tokio::spawn(resource_metrics::scraper::run(api.clone()));
     tokio::spawn(flowcontrol::run(api.clone()));
     tokio::spawn(admission::policy::typecheck::run(api.clone()));

@@ -351,6 +351,19 @@ async fn handle_authenticated(
                 return refused;
             }
         };
+    // A group version an extension API server serves: its request goes there, body unread.
+    if let Some(remote) = remote_of(api, &target) {
+        let deadline = match &target {
+            Target::Resource(r) if r.verb == request::Verb::Watch => None,
+            _ => Some(
+                crate::timeout::deadline(&query, api.request_timeout)
+                    .unwrap_or(api.request_timeout),
+            ),
+        };
+        let req = Request::from_parts(parts, body);
+        let resp = crate::aggregator::proxy::serve(api, &remote, &user, req, deadline).await;
+        return seat.annotate(resp);
+    }
     let limit = decode_limit();
     // A client trickling its body (a byte a minute) holds its seats and a task no longer than a
     // request may take; upstream's request deadline covers the body read the same way.
@@ -400,6 +413,15 @@ async fn handle_authenticated(
     }
     // A watch's seats were held only while it was set up (upstream's watch initialization).
     seat.annotate(resp)
+}
+
+/// The remote APIService serving what `target` names, if one does.
+fn remote_of(api: &ApiServer, target: &Target) -> Option<Arc<crate::aggregator::Remote>> {
+    match target {
+        Target::Resource(r) => api.aggregator.remote(&r.group, &r.version),
+        Target::ApiResources { group, version } => api.aggregator.remote(group, version),
+        _ => None,
+    }
 }
 
 /// `route` within the request's deadline (see [`crate::timeout`]): past it the client gets 504 and
@@ -492,7 +514,10 @@ async fn route(
     let snap = || api.registry.snapshot();
     let discovery_json = |doc: serde_json::Value| Ok(response::json_response(StatusCode::OK, &doc));
     let aggregated = |legacy: bool, media: &'static str| {
-        let doc = discovery::aggregated(&snap(), legacy);
+        let mut doc = discovery::aggregated(&snap(), legacy);
+        if !legacy {
+            crate::aggregator::discovery::merge_aggregated(&api.aggregator, &mut doc);
+        }
         let body = if media.starts_with(apimachinery::serializer::protobuf::MEDIA_TYPE) {
             apimachinery::serializer::protobuf::encode(&doc).map_err(ApiError::internal)?
         } else {
@@ -507,9 +532,14 @@ async fn route(
         },
         Target::ApiGroups => match discovery::wants_aggregated(headers) {
             Some(media) => aggregated(false, media),
-            None => discovery_json(discovery::api_group_list(&snap())),
+            None => {
+                let mut doc = discovery::api_group_list(&snap());
+                crate::aggregator::discovery::merge_group_list(&api.aggregator, &mut doc);
+                discovery_json(doc)
+            }
         },
         Target::ApiGroup(group) => discovery::api_group_doc(&snap(), group)
+            .or_else(|| crate::aggregator::discovery::group_doc(&api.aggregator, group))
             .map_or_else(|| Err(not_found()), discovery_json),
         Target::ApiResources { group, version } => {
             discovery::api_resource_list(&snap(), group, version)

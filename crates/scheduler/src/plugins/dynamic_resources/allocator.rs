@@ -221,6 +221,8 @@ pub struct NodeDevice<'a> {
     pub slice: &'a ResourceSlice,
     pub device: &'a Device,
     value: OnceCell<Value>,
+    /// The value built in advance (the slice index's).
+    prebuilt: Option<&'a Value>,
 }
 
 impl<'a> NodeDevice<'a> {
@@ -229,10 +231,25 @@ impl<'a> NodeDevice<'a> {
             slice,
             device,
             value: OnceCell::new(),
+            prebuilt: None,
+        }
+    }
+
+    pub fn with_value(
+        slice: &'a ResourceSlice,
+        device: &'a Device,
+        value: &'a Value,
+    ) -> NodeDevice<'a> {
+        NodeDevice {
+            prebuilt: Some(value),
+            ..NodeDevice::new(slice, device)
         }
     }
 
     fn value(&self) -> &Value {
+        if let Some(v) = self.prebuilt {
+            return v;
+        }
         self.value
             .get_or_init(|| selectors::device_value(&self.slice.spec.driver, self.device))
     }

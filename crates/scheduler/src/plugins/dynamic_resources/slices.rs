@@ -6,15 +6,37 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use k8s_openapi::api::resource::v1::ResourceSlice;
+use rkube_cel::Value;
 
 use super::allocator::{slice_on_node, NodeDevice};
+use super::selectors::device_value;
+
+/// A slice with the CEL value of each of its devices, built once per index: every pod's Filter
+/// would otherwise rebuild them on every node.
+struct Indexed {
+    slice: Arc<ResourceSlice>,
+    values: Vec<Value>,
+}
+
+impl Indexed {
+    fn new(slice: Arc<ResourceSlice>) -> Indexed {
+        let values = slice
+            .spec
+            .devices
+            .iter()
+            .flatten()
+            .map(|d| device_value(&slice.spec.driver, d))
+            .collect();
+        Indexed { slice, values }
+    }
+}
 use crate::framework::NodeInfo;
 
 #[derive(Default)]
 pub struct SliceIndex {
-    by_node: HashMap<String, Vec<Arc<ResourceSlice>>>,
+    by_node: HashMap<String, Vec<Indexed>>,
     /// Slices for all nodes, a node selector, or per-device node selection.
-    shared: Vec<Arc<ResourceSlice>>,
+    shared: Vec<Indexed>,
     /// (driver, pool) whose newest generation has fewer slices than it announces.
     pub incomplete: HashSet<(String, String)>,
 }
@@ -55,8 +77,8 @@ impl SliceIndex {
                         !n.is_empty() && s.spec.per_device_node_selection != Some(true)
                     });
                 match node {
-                    Some(n) => idx.by_node.entry(n).or_default().push(s),
-                    None => idx.shared.push(s),
+                    Some(n) => idx.by_node.entry(n).or_default().push(Indexed::new(s)),
+                    None => idx.shared.push(Indexed::new(s)),
                 }
             }
         }
@@ -67,14 +89,14 @@ impl SliceIndex {
     pub fn devices<'a>(&'a self, node: &NodeInfo) -> Vec<NodeDevice<'a>> {
         let mut out = Vec::new();
         for s in self.by_node.get(node.name()).into_iter().flatten() {
-            for d in s.spec.devices.iter().flatten() {
-                out.push(NodeDevice::new(s, d));
+            for (d, v) in s.slice.spec.devices.iter().flatten().zip(&s.values) {
+                out.push(NodeDevice::with_value(&s.slice, d, v));
             }
         }
         for s in &self.shared {
-            for d in s.spec.devices.iter().flatten() {
-                if slice_on_node(s, Some(d), node) {
-                    out.push(NodeDevice::new(s, d));
+            for (d, v) in s.slice.spec.devices.iter().flatten().zip(&s.values) {
+                if slice_on_node(&s.slice, Some(d), node) {
+                    out.push(NodeDevice::with_value(&s.slice, d, v));
                 }
             }
         }

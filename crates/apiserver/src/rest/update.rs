@@ -222,6 +222,28 @@ async fn attempt(
     write(ctx, sub, precondition, new, (&old, old_rv, is_current)).await
 }
 
+/// Whether a custom resource is stored (at `old_rv`) in a version other than its CRD's storage
+/// version: an unchanged update still rewrites it then, so a no-op `kubectl replace` migrates
+/// objects after the storage version changed (upstream compares the encoded bytes, which differ).
+async fn stored_in_other_version(ctx: &Ctx<'_>, old_rv: i64) -> bool {
+    let Some(info) = ctx.crd.as_ref().filter(|i| i.versions.len() > 1) else {
+        return false;
+    };
+    let key = ctx.key(ctx.namespace(), ctx.name());
+    let Ok(Some(kv)) = ctx.api.store.get(&key).await else {
+        return false;
+    };
+    if kv.mod_revision != old_rv {
+        return false;
+    }
+    let stored = serde_json::from_slice::<Value>(&kv.value).ok();
+    let api_version = stored
+        .as_ref()
+        .and_then(|v| v.get("apiVersion"))
+        .and_then(Value::as_str);
+    api_version.is_some_and(|av| av != info.api_version(&info.storage_version))
+}
+
 /// The end of an attempt: the validated object is stored (or found unchanged, or deleted when its
 /// last finalizer went while it was being deleted).
 async fn write(
@@ -242,7 +264,8 @@ async fn write(
             &ctx.key(ctx.namespace(), ctx.name()),
             old_rv,
         )
-        .await;
+        .await
+        && !stored_in_other_version(ctx, old_rv).await;
     if unchanged || ctx.dry_run() {
         let json = serde_json::to_vec(&new).map_err(ApiError::internal)?;
         return Ok(Attempt::Unchanged(respond(ctx, sub, json.into()).await?));

@@ -124,7 +124,7 @@ impl WebhookServer {
 }
 
 /// A CA, and a serving certificate it signed (CA PEM, certificate PEM, key PEM).
-fn certificates() -> (String, String, String) {
+pub fn certificates() -> (String, String, String) {
     let ca_key = rcgen::KeyPair::generate().expect("ca key");
     let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).expect("params");
     ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
@@ -143,7 +143,7 @@ fn certificates() -> (String, String, String) {
     (ca_cert.pem(), cert.pem(), key.serialize_pem())
 }
 
-fn acceptor(cert_pem: &str, key_pem: &str) -> tokio_rustls::TlsAcceptor {
+pub fn acceptor(cert_pem: &str, key_pem: &str) -> tokio_rustls::TlsAcceptor {
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(cert_pem.as_bytes())
         .collect::<Result<_, _>>()
         .expect("cert");

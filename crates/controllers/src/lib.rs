@@ -21,6 +21,8 @@
 //! - [`nodeipam`]: gives each node a pod CIDR.
 //! - [`nodelifecycle`]: marks silent nodes Unknown and taints them; [`tainteviction`] evicts the pods
 //!   that do not tolerate a node's NoExecute taints.
+//! - [`podautoscaler`]: the horizontal pod autoscaler (scales through the scale subresource from
+//!   the resource metrics API).
 //! - [`podgc`]: deletes terminated pods over a threshold and pods of vanished nodes.
 //! - [`replicaset`]: keeps a ReplicaSet's (or ReplicationController's) pods.
 //! - [`resourceclaim`]: ResourceClaims from pods' claim templates, reservations and deallocation
@@ -51,6 +53,7 @@ pub mod job;
 pub mod namespace;
 pub mod nodeipam;
 pub mod nodelifecycle;
+pub mod podautoscaler;
 pub mod podgc;
 pub mod replicaset;
 pub mod resourceclaim;
@@ -151,6 +154,8 @@ pub struct ControllerOptions {
     /// unregistered (it creates them on this machine, so only a controller manager on the node
     /// itself, as in `rkube server`, may run it).
     pub local_path_dir: Option<std::path::PathBuf>,
+    /// The horizontal pod autoscaler's `--horizontal-pod-autoscaler-*` flags.
+    pub hpa: podautoscaler::Options,
 }
 
 impl Default for ControllerOptions {
@@ -168,6 +173,7 @@ impl Default for ControllerOptions {
             pod_gc_period: std::time::Duration::from_secs(20),
             resource_quota_sync_period: std::time::Duration::from_secs(300),
             local_path_dir: None,
+            hpa: podautoscaler::Options::default(),
         }
     }
 }
@@ -459,6 +465,14 @@ pub const CONTROLLERS: &[ControllerDescriptor] = &[
                 c.workers,
             ))
         },
+    },
+    ControllerDescriptor {
+        name: "horizontal-pod-autoscaler-controller",
+        alias: "horizontalpodautoscaling",
+        enabled_by_default: true,
+        // Upstream `--concurrent-horizontal-pod-autoscaler-syncs`.
+        workers: 5,
+        run: |c| Box::pin(podautoscaler::run(c)),
     },
     ControllerDescriptor {
         name: "job-controller",

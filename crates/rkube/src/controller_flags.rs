@@ -147,6 +147,26 @@ pub struct ControllerFlags {
     /// `<data-dir>/local-path` unless `--disable-local-path`).
     #[arg(long)]
     pub local_path_dir: Option<PathBuf>,
+    /// How often each HorizontalPodAutoscaler is synced.
+    #[arg(long, default_value = "15s", value_parser = crate::serve::parse_duration)]
+    horizontal_pod_autoscaler_sync_period: Duration,
+    /// How far back the autoscaler looks for a higher recommendation before scaling down (an
+    /// HPA's behavior.scaleDown.stabilizationWindowSeconds overrides it).
+    #[arg(long, default_value = "5m", value_parser = crate::serve::parse_duration)]
+    horizontal_pod_autoscaler_downscale_stabilization: Duration,
+    /// The usage ratio's distance from 1.0 within which the autoscaler does not scale.
+    #[arg(long, default_value_t = 0.1)]
+    horizontal_pod_autoscaler_tolerance: f64,
+    /// After a pod starts, how long its CPU samples count only once taken a full window after it
+    /// became ready.
+    #[arg(long, default_value = "5m", value_parser = crate::serve::parse_duration)]
+    horizontal_pod_autoscaler_cpu_initialization_period: Duration,
+    /// After a pod starts, how long a not-ready pod is taken as still starting.
+    #[arg(long, default_value = "30s", value_parser = crate::serve::parse_duration)]
+    horizontal_pod_autoscaler_initial_readiness_delay: Duration,
+    /// Concurrent syncs: HorizontalPodAutoscalers (default: upstream's).
+    #[arg(long)]
+    concurrent_horizontal_pod_autoscaler_syncs: Option<usize>,
 }
 
 /// The pod range of `rkube server` when none is given (k3s's).
@@ -217,6 +237,10 @@ impl ControllerFlags {
                 "resourcequota-controller",
                 self.concurrent_resource_quota_syncs,
             ),
+            (
+                "horizontal-pod-autoscaler-controller",
+                self.concurrent_horizontal_pod_autoscaler_syncs,
+            ),
         ]
         .into_iter()
         .filter_map(|(name, n)| Some((name, n?)))
@@ -261,6 +285,14 @@ impl ControllerFlags {
             pod_gc_period: self.pod_gc_period,
             resource_quota_sync_period: self.resource_quota_sync_period,
             local_path_dir: self.local_path_dir.clone(),
+            hpa: controllers::podautoscaler::Options {
+                sync_period: self.horizontal_pod_autoscaler_sync_period,
+                downscale_stabilization: self.horizontal_pod_autoscaler_downscale_stabilization,
+                tolerance: self.horizontal_pod_autoscaler_tolerance,
+                cpu_initialization_period: self
+                    .horizontal_pod_autoscaler_cpu_initialization_period,
+                initial_readiness_delay: self.horizontal_pod_autoscaler_initial_readiness_delay,
+            },
             node_ipam: controllers::nodeipam::Options {
                 allocate_node_cidrs: self.allocate_node_cidrs.unwrap_or(embedded),
                 cluster_cidr: self

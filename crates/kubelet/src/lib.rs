@@ -14,6 +14,7 @@ pub mod certificate;
 pub mod config;
 pub mod containerd;
 pub mod cri;
+pub mod dra;
 pub mod envvars;
 pub mod hash;
 pub mod kubelet;

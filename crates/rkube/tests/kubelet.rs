@@ -192,6 +192,38 @@ fn deletion_sends_sigterm_the_container_traps() {
     );
 }
 
+/// A sidecar (an init container with `restartPolicy: Always`) starts before the app container,
+/// once its startup probe passed, runs beside it, and is stopped after the app container has
+/// finished; the pod then Succeeds whatever the sidecar's exit code.
+#[test]
+fn sidecar_runs_beside_the_app_and_stops_after_it() {
+    let node = RealNode::start(&["busybox"]);
+    let out = node.data.join("sidecar-out");
+    std::fs::create_dir_all(&out).unwrap();
+    node.apply(&format!(
+        "apiVersion: v1\nkind: Pod\nmetadata:\n  name: sidecar\nspec:\n  restartPolicy: Never\n  terminationGracePeriodSeconds: 10\n  initContainers:\n  - name: side\n    image: busybox\n    restartPolicy: Always\n    command: [sh, -c, \"trap 'echo side-term >> /out/order; exit 0' TERM; sleep 1; echo up > /out/up; while true; do sleep 0.2; done\"]\n    startupProbe:\n      exec: {{command: [test, -e, /out/up]}}\n      periodSeconds: 1\n    volumeMounts: [{{name: out, mountPath: /out}}]\n  containers:\n  - name: app\n    image: busybox\n    command: [sh, -c, \"test -e /out/up || exit 3; echo app-done >> /out/order\"]\n    volumeMounts: [{{name: out, mountPath: /out}}]\n  volumes:\n  - name: out\n    hostPath: {{path: {}, type: Directory}}\n",
+        out.display()
+    ));
+    let pod = node.wait_pod("sidecar", "Succeeded", Duration::from_secs(120), |p| {
+        p["status"]["phase"] == "Succeeded" || p["status"]["phase"] == "Failed"
+    });
+    assert_eq!(pod["status"]["phase"], "Succeeded", "{pod}");
+    // The app saw the sidecar's file (exit 0, not 3), and the sidecar got SIGTERM after it.
+    assert_eq!(
+        container_status(&pod, "app")["state"]["terminated"]["exitCode"],
+        0,
+        "{pod}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(out.join("order")).unwrap_or_default(),
+        "app-done\nside-term\n"
+    );
+    let side = &pod["status"]["initContainerStatuses"][0];
+    assert_eq!(side["name"], "side");
+    assert!(side["state"]["terminated"].is_object(), "{pod}");
+    assert_eq!(condition(&pod, "Initialized"), "True", "{pod}");
+}
+
 /// A readiness probe (httpGet, through the pod network) drives the Ready condition.
 #[test]
 fn readiness_probe_drives_ready() {

@@ -3,10 +3,14 @@
 //! ([`PodRecord`]) and the probes' verdicts. The I/O loop in [`crate::sync`] carries the actions
 //! out: it applies CrashLoopBackOff to every restart, kills before restarting, and writes status.
 //!
+//! Sidecars (init containers with `restartPolicy: Always`) start in their turn among the init
+//! containers, are kept running through the pod's life, and are stopped once every app container
+//! has exited for good.
+//!
 //! Differs from upstream: sandbox changes are handled before this (`ensure_sandbox`, which kills
-//! every container of a lost sandbox), so the actions here assume a ready sandbox; init containers
-//! are not restartable sidecars yet (`restartPolicy: Always` on an init container is not honoured);
-//! ephemeral containers are not started.
+//! every container of a lost sandbox), so the actions here assume a ready sandbox; a sidecar's
+//! liveness probe does not hold back the next init container; in-place resize and ephemeral
+//! containers are not handled.
 
 use k8s_openapi::api::core::v1::{Container, PodSpec};
 
@@ -62,13 +66,14 @@ pub enum ContainerAction {
 /// The init containers' part of the sync.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum InitStep {
-    /// Every init container succeeded (or the app containers already started): go on.
+    /// Every regular init container succeeded and every sidecar started (or the app containers
+    /// already started): go on to the app containers.
     Done,
-    /// Init container `name` runs: wait for it.
-    Running { name: String },
+    /// Init container `name` runs (or a sidecar has not passed its startup probe): wait for it.
+    Waiting { name: String },
     /// Init container `name` failed and `restartPolicy: Never` keeps it down: the pod fails.
     Failed { name: String },
-    /// Run init container `name` next with `action` (`Start`, `Replace`-like start or `Restart`).
+    /// Run regular init container `name` next with `action` (`Start` or `Restart`).
     Next {
         name: String,
         action: ContainerAction,
@@ -79,8 +84,14 @@ pub enum InitStep {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PodActions {
     pub init: InitStep,
+    /// Sidecars (init containers with `restartPolicy: Always`) reached so far, in spec order:
+    /// started when their turn comes, then kept running (restarted whatever the pod's policy).
+    pub sidecars: Vec<(String, ContainerAction)>,
     /// One entry per app container, in spec order; empty until `init` is [`InitStep::Done`].
     pub containers: Vec<(String, ContainerAction)>,
+    /// Every app container has exited for good: stop the sidecars, the pod is done (upstream
+    /// `KillPod` when nothing is kept and nothing starts).
+    pub stop_sidecars: bool,
 }
 
 /// Does `policy` restart a container that exited with `exit_code`?
@@ -92,75 +103,155 @@ pub fn restart_after_exit(policy: &str, exit_code: i32) -> bool {
     }
 }
 
-/// Computes the plan. `must_restart` gives a running container's failed liveness/startup probe
-/// (by container ID), if any.
+/// A sidecar: an init container with `restartPolicy: Always` (upstream
+/// `IsRestartableInitContainer`).
+pub fn is_sidecar(c: &Container) -> bool {
+    c.restart_policy.as_deref() == Some("Always")
+}
+
+/// What the probes say about running containers, by container ID.
+pub struct ProbeVerdicts<'a> {
+    /// A failed liveness or startup probe: the container must be restarted.
+    pub must_restart: &'a dyn Fn(&str) -> Option<ProbeKind>,
+    /// The startup probe's result; None while it has not succeeded or failed yet.
+    pub started: &'a dyn Fn(&str) -> Option<bool>,
+}
+
+/// Computes the plan.
 pub fn compute_pod_actions(
     spec: &PodSpec,
     record: &PodRecord,
-    must_restart: impl Fn(&str) -> Option<ProbeKind>,
+    probes: &ProbeVerdicts,
 ) -> PodActions {
     let policy = spec.restart_policy.as_deref().unwrap_or("Always");
-    let init = init_step(spec, record, policy);
-    let containers = if init == InitStep::Done {
-        spec.containers
-            .iter()
-            .map(|c| {
-                let action = container_action(c, record.latest(&c.name), policy, &must_restart);
-                (c.name.clone(), action)
-            })
-            .collect()
-    } else {
-        Vec::new()
+    let (init, sidecars) = init_actions(spec, record, policy, probes);
+    let mut actions = PodActions {
+        init,
+        sidecars,
+        containers: Vec::new(),
+        stop_sidecars: false,
     };
-    PodActions { init, containers }
+    if actions.init != InitStep::Done {
+        return actions;
+    }
+    actions.containers = spec
+        .containers
+        .iter()
+        .map(|c| {
+            let action = container_action(c, record.latest(&c.name), policy, probes.must_restart);
+            (c.name.clone(), action)
+        })
+        .collect();
+    let app_running = spec.containers.iter().any(|c| {
+        record
+            .latest(&c.name)
+            .is_some_and(|r| r.state == RecordState::Running)
+    });
+    let all_kept = actions
+        .containers
+        .iter()
+        .all(|(_, a)| *a == ContainerAction::Keep);
+    if !app_running && all_kept && !spec.containers.is_empty() && !actions.sidecars.is_empty() {
+        actions.stop_sidecars = true;
+        actions.sidecars.clear();
+    }
+    actions
 }
 
-/// Init containers run one at a time, in order, each to success, and only before any app
-/// container has started (upstream `findNextInitContainerToRun`).
-fn init_step(spec: &PodSpec, record: &PodRecord, policy: &str) -> InitStep {
+/// Init containers in order (upstream `computeInitContainerActions`): regular ones run one at a
+/// time, each to success; a sidecar's turn ends once it runs and its startup probe (if any)
+/// passed, and from then on it is kept running. A container counts as past its turn when a
+/// later init container or an app container has a record (the runtime may have removed the
+/// records of completed init containers).
+fn init_actions(
+    spec: &PodSpec,
+    record: &PodRecord,
+    policy: &str,
+    probes: &ProbeVerdicts,
+) -> (InitStep, Vec<(String, ContainerAction)>) {
+    let inits: Vec<&Container> = spec.init_containers.iter().flatten().collect();
     let app_started = spec
         .containers
         .iter()
         .any(|c| record.latest(&c.name).is_some());
-    if app_started {
-        return InitStep::Done;
+    // past[i]: init container i's turn is over.
+    let mut past = vec![app_started; inits.len()];
+    for i in (0..inits.len().saturating_sub(1)).rev() {
+        past[i] = past[i + 1] || record.latest(&inits[i + 1].name).is_some();
     }
-    for c in spec.init_containers.iter().flatten() {
+    let mut sidecars = Vec::new();
+    let mut step = InitStep::Done;
+    for (i, c) in inits.iter().enumerate() {
         let name = c.name.clone();
-        match record.latest(&c.name) {
+        let latest = record.latest(&c.name);
+        if is_sidecar(c) {
+            let action = sidecar_action(c, latest, probes.must_restart);
+            let keep = action == ContainerAction::Keep;
+            sidecars.push((name.clone(), action));
+            if past[i] {
+                continue;
+            }
+            // Its turn: the next init container waits until it runs and has started.
+            let started = latest.is_some_and(|r| {
+                r.state == RecordState::Running
+                    && (c.startup_probe.is_none() || (probes.started)(&r.id) == Some(true))
+            });
+            if keep && started {
+                continue;
+            }
+            step = InitStep::Waiting { name };
+            break;
+        }
+        if past[i] {
+            continue;
+        }
+        match latest {
             Some(r) if r.state == RecordState::Exited && r.exit_code == 0 => continue,
-            Some(r) if r.state == RecordState::Running => return InitStep::Running { name },
+            Some(r) if r.state == RecordState::Running => {
+                step = InitStep::Waiting { name };
+            }
             // Init containers are restarted on failure unless the pod's policy is Never.
             Some(r) if r.state == RecordState::Exited => {
-                if policy == "Never" {
-                    return InitStep::Failed { name };
-                }
-                let action = ContainerAction::Restart {
-                    attempt: r.attempt + 1,
-                    finished_at: r.finished_at,
+                step = if policy == "Never" {
+                    InitStep::Failed { name }
+                } else {
+                    let action = ContainerAction::Restart {
+                        attempt: r.attempt + 1,
+                        finished_at: r.finished_at,
+                    };
+                    InitStep::Next { name, action }
                 };
-                return InitStep::Next { name, action };
             }
             Some(r) => {
                 let action = ContainerAction::Start {
                     attempt: r.attempt + 1,
                 };
-                return InitStep::Next { name, action };
+                step = InitStep::Next { name, action };
             }
             None => {
                 let action = ContainerAction::Start { attempt: 0 };
-                return InitStep::Next { name, action };
+                step = InitStep::Next { name, action };
             }
         }
+        break;
     }
-    InitStep::Done
+    (step, sidecars)
+}
+
+/// A sidecar is kept running: restarted whenever it exits, whatever the pod's restart policy.
+fn sidecar_action(
+    c: &Container,
+    latest: Option<&ContainerRecord>,
+    must_restart: &dyn Fn(&str) -> Option<ProbeKind>,
+) -> ContainerAction {
+    container_action(c, latest, "Always", must_restart)
 }
 
 fn container_action(
     c: &Container,
     latest: Option<&ContainerRecord>,
     policy: &str,
-    must_restart: &impl Fn(&str) -> Option<ProbeKind>,
+    must_restart: &dyn Fn(&str) -> Option<ProbeKind>,
 ) -> ContainerAction {
     let Some(latest) = latest else {
         return ContainerAction::Start { attempt: 0 };
@@ -251,12 +342,24 @@ mod tests {
         None
     }
 
+    fn not_started(_: &str) -> Option<bool> {
+        None
+    }
+
+    /// Probes that found nothing to restart and no startup verdict yet.
+    fn quiet() -> ProbeVerdicts<'static> {
+        ProbeVerdicts {
+            must_restart: &no_probe,
+            started: &not_started,
+        }
+    }
+
     #[test]
     fn a_new_pod_starts_its_first_init_container_only() {
         let a = compute_pod_actions(
             &spec(&["i1", "i2"], &["app"], "Always"),
             &record(vec![]),
-            no_probe,
+            &quiet(),
         );
         assert_eq!(
             a.init,
@@ -276,14 +379,14 @@ mod tests {
             rec("i2", 0, RecordState::Running, 0),
         ]);
         assert_eq!(
-            compute_pod_actions(&s, &running, no_probe).init,
-            InitStep::Running { name: "i2".into() }
+            compute_pod_actions(&s, &running, &quiet()).init,
+            InitStep::Waiting { name: "i2".into() }
         );
         let done = record(vec![
             rec("i1", 0, RecordState::Exited, 0),
             rec("i2", 0, RecordState::Exited, 0),
         ]);
-        let a = compute_pod_actions(&s, &done, no_probe);
+        let a = compute_pod_actions(&s, &done, &quiet());
         assert_eq!(a.init, InitStep::Done);
         assert_eq!(
             a.containers,
@@ -299,7 +402,7 @@ mod tests {
         let failed = record(vec![rec("i1", 2, RecordState::Exited, 1)]);
         for policy in ["Always", "OnFailure"] {
             assert_eq!(
-                compute_pod_actions(&spec(&["i1"], &["a"], policy), &failed, no_probe).init,
+                compute_pod_actions(&spec(&["i1"], &["a"], policy), &failed, &quiet()).init,
                 InitStep::Next {
                     name: "i1".into(),
                     action: ContainerAction::Restart {
@@ -310,7 +413,7 @@ mod tests {
             );
         }
         assert_eq!(
-            compute_pod_actions(&spec(&["i1"], &["a"], "Never"), &failed, no_probe).init,
+            compute_pod_actions(&spec(&["i1"], &["a"], "Never"), &failed, &quiet()).init,
             InitStep::Failed { name: "i1".into() }
         );
     }
@@ -319,7 +422,7 @@ mod tests {
     fn init_containers_are_not_rerun_once_an_app_container_started() {
         // The init container's record was garbage-collected; the app container ran.
         let r = record(vec![rec("a", 0, RecordState::Running, 0)]);
-        let a = compute_pod_actions(&spec(&["i1"], &["a"], "Always"), &r, no_probe);
+        let a = compute_pod_actions(&spec(&["i1"], &["a"], "Always"), &r, &quiet());
         assert_eq!(a.init, InitStep::Done);
         assert_eq!(a.containers, vec![("a".into(), ContainerAction::Keep)]);
     }
@@ -335,7 +438,7 @@ mod tests {
         ];
         for (policy, code, restarts) in cases {
             let r = record(vec![rec("a", 4, RecordState::Exited, code)]);
-            let a = compute_pod_actions(&spec(&[], &["a"], policy), &r, no_probe);
+            let a = compute_pod_actions(&spec(&[], &["a"], policy), &r, &quiet());
             let want = if restarts {
                 ContainerAction::Restart {
                     attempt: 5,
@@ -360,16 +463,24 @@ mod tests {
             id: "a-0".into(),
             reason,
         };
-        let liveness = compute_pod_actions(&s, &r, |_: &str| Some(ProbeKind::Liveness));
+        let verdict = |kind: ProbeKind| {
+            let must_restart = move |_: &str| Some(kind);
+            let p = ProbeVerdicts {
+                must_restart: &must_restart,
+                started: &not_started,
+            };
+            compute_pod_actions(&s, &r, &p)
+        };
+        let liveness = verdict(ProbeKind::Liveness);
         assert_eq!(liveness.containers[0].1, kill(KillReason::Liveness));
-        let startup = compute_pod_actions(&s, &r, |_: &str| Some(ProbeKind::Startup));
+        let startup = verdict(ProbeKind::Startup);
         assert_eq!(startup.containers[0].1, kill(KillReason::Startup));
-        let readiness = compute_pod_actions(&s, &r, |_: &str| Some(ProbeKind::Readiness));
+        let readiness = verdict(ProbeKind::Readiness);
         assert_eq!(readiness.containers[0].1, ContainerAction::Keep);
 
         let mut changed = s.clone();
         changed.containers[0].image = Some("busybox:2".into());
-        let a = compute_pod_actions(&changed, &r, no_probe);
+        let a = compute_pod_actions(&changed, &r, &quiet());
         assert_eq!(a.containers[0].1, kill(KillReason::DefinitionChanged));
         assert_eq!(
             KillReason::DefinitionChanged.message("a"),
@@ -379,14 +490,14 @@ mod tests {
         // No recorded hash: never restarted for its spec.
         let mut unhashed = rec("a", 0, RecordState::Running, 0);
         unhashed.hash.clear();
-        let a = compute_pod_actions(&changed, &record(vec![unhashed]), no_probe);
+        let a = compute_pod_actions(&changed, &record(vec![unhashed]), &quiet());
         assert_eq!(a.containers[0].1, ContainerAction::Keep);
     }
 
     #[test]
     fn a_container_created_but_never_started_is_replaced() {
         let r = record(vec![rec("a", 1, RecordState::Created, 0)]);
-        let a = compute_pod_actions(&spec(&[], &["a"], "Never"), &r, no_probe);
+        let a = compute_pod_actions(&spec(&[], &["a"], "Never"), &r, &quiet());
         assert_eq!(
             a.containers[0].1,
             ContainerAction::Replace {
@@ -394,5 +505,166 @@ mod tests {
                 attempt: 2
             }
         );
+    }
+
+    /// The records as started from `s` (their hashes match the spec).
+    fn from_spec(s: &PodSpec, mut r: PodRecord) -> PodRecord {
+        let all: Vec<&Container> = s
+            .containers
+            .iter()
+            .chain(s.init_containers.iter().flatten())
+            .collect();
+        for c in &mut r.containers {
+            if let Some(spec_c) = all.iter().find(|x| x.name == c.name) {
+                c.hash = container_hash(spec_c);
+            }
+        }
+        r
+    }
+
+    fn with_sidecars(s: &mut PodSpec, names: &[&str]) {
+        for c in s.init_containers.iter_mut().flatten() {
+            if names.contains(&c.name.as_str()) {
+                c.restart_policy = Some("Always".into());
+            }
+        }
+    }
+
+    #[test]
+    fn a_sidecar_starts_in_its_turn_and_the_next_init_container_waits_for_it() {
+        let mut s = spec(&["init", "side", "late"], &["app"], "Never");
+        with_sidecars(&mut s, &["side"]);
+        // The regular init container first.
+        let a = compute_pod_actions(&s, &record(vec![]), &quiet());
+        assert_eq!(
+            a.init,
+            InitStep::Next {
+                name: "init".into(),
+                action: ContainerAction::Start { attempt: 0 }
+            }
+        );
+        assert!(a.sidecars.is_empty());
+        // Then the sidecar: started, and waited for.
+        let r = from_spec(&s, record(vec![rec("init", 0, RecordState::Exited, 0)]));
+        let a = compute_pod_actions(&s, &r, &quiet());
+        assert_eq!(
+            a.sidecars,
+            vec![("side".into(), ContainerAction::Start { attempt: 0 })]
+        );
+        assert_eq!(
+            a.init,
+            InitStep::Waiting {
+                name: "side".into()
+            }
+        );
+        // Running without a startup probe: its turn is over, the next init container runs.
+        let r = from_spec(
+            &s,
+            record(vec![
+                rec("side", 0, RecordState::Running, 0),
+                rec("init", 0, RecordState::Exited, 0),
+            ]),
+        );
+        let a = compute_pod_actions(&s, &r, &quiet());
+        assert_eq!(a.sidecars, vec![("side".into(), ContainerAction::Keep)]);
+        assert_eq!(
+            a.init,
+            InitStep::Next {
+                name: "late".into(),
+                action: ContainerAction::Start { attempt: 0 }
+            }
+        );
+    }
+
+    #[test]
+    fn a_sidecar_with_a_startup_probe_holds_the_next_container_until_it_passes() {
+        let mut s = spec(&["side"], &["app"], "Always");
+        with_sidecars(&mut s, &["side"]);
+        s.init_containers.as_mut().unwrap()[0].startup_probe = Some(Default::default());
+        let r = from_spec(&s, record(vec![rec("side", 0, RecordState::Running, 0)]));
+        let a = compute_pod_actions(&s, &r, &quiet());
+        assert_eq!(
+            a.init,
+            InitStep::Waiting {
+                name: "side".into()
+            }
+        );
+        assert!(a.containers.is_empty());
+        let yes = |_: &str| Some(true);
+        let p = ProbeVerdicts {
+            must_restart: &no_probe,
+            started: &yes,
+        };
+        let a = compute_pod_actions(&s, &r, &p);
+        assert_eq!(a.init, InitStep::Done);
+        assert_eq!(
+            a.containers,
+            vec![("app".into(), ContainerAction::Start { attempt: 0 })]
+        );
+    }
+
+    #[test]
+    fn a_sidecar_is_restarted_whatever_the_pod_policy_while_apps_run() {
+        let mut s = spec(&["side"], &["app"], "Never");
+        with_sidecars(&mut s, &["side"]);
+        let r = from_spec(
+            &s,
+            record(vec![
+                rec("app", 0, RecordState::Running, 0),
+                rec("side", 1, RecordState::Exited, 0),
+            ]),
+        );
+        let a = compute_pod_actions(&s, &r, &quiet());
+        assert_eq!(a.init, InitStep::Done);
+        assert_eq!(
+            a.sidecars,
+            vec![(
+                "side".into(),
+                ContainerAction::Restart {
+                    attempt: 2,
+                    finished_at: 3
+                }
+            )]
+        );
+        assert_eq!(a.containers, vec![("app".into(), ContainerAction::Keep)]);
+        assert!(!a.stop_sidecars);
+        // Its record gone after the pod initialized: started again.
+        let r = from_spec(&s, record(vec![rec("app", 0, RecordState::Running, 0)]));
+        let a = compute_pod_actions(&s, &r, &quiet());
+        assert_eq!(
+            a.sidecars,
+            vec![("side".into(), ContainerAction::Start { attempt: 0 })]
+        );
+    }
+
+    #[test]
+    fn sidecars_stop_once_every_app_container_is_done_for_good() {
+        let mut s = spec(&["side"], &["app"], "OnFailure");
+        with_sidecars(&mut s, &["side"]);
+        let r = from_spec(
+            &s,
+            record(vec![
+                rec("app", 0, RecordState::Exited, 0),
+                rec("side", 0, RecordState::Running, 0),
+            ]),
+        );
+        let a = compute_pod_actions(&s, &r, &quiet());
+        assert!(a.stop_sidecars);
+        assert!(a.sidecars.is_empty());
+        // A failed app container is restarted under OnFailure: the sidecar stays.
+        let r = from_spec(
+            &s,
+            record(vec![
+                rec("app", 0, RecordState::Exited, 1),
+                rec("side", 0, RecordState::Running, 0),
+            ]),
+        );
+        let a = compute_pod_actions(&s, &r, &quiet());
+        assert!(!a.stop_sidecars);
+        assert_eq!(a.sidecars, vec![("side".into(), ContainerAction::Keep)]);
+        // Without sidecars there is nothing to stop.
+        let plain = spec(&[], &["app"], "Never");
+        let r = record(vec![rec("app", 0, RecordState::Exited, 0)]);
+        assert!(!compute_pod_actions(&plain, &r, &quiet()).stop_sidecars);
     }
 }

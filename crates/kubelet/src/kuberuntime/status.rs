@@ -9,6 +9,8 @@ use jiff::Timestamp;
 use k8s_openapi::api::core::v1::{Container, Pod};
 use serde_json::{json, Value};
 
+use super::pod_actions::is_sidecar;
+
 /// The runtime's view of one container attempt.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ContainerRecord {
@@ -178,11 +180,14 @@ fn container_status(
 }
 
 /// Upstream `getPhase` for the regular containers' statuses.
+/// `sidecars_running`: running sidecars count as running containers (upstream), terminated ones
+/// do not count at all.
 pub fn phase(
     restart_policy: &str,
     init_pending: bool,
     init_failed: bool,
     statuses: &[Value],
+    sidecars_running: usize,
     terminating: bool,
 ) -> &'static str {
     if init_failed {
@@ -191,7 +196,7 @@ pub fn phase(
     if init_pending {
         return "Pending";
     }
-    let (mut running, mut waiting, mut stopped, mut succeeded) = (0, 0, 0, 0);
+    let (mut running, mut waiting, mut stopped, mut succeeded) = (sidecars_running, 0, 0, 0);
     for s in statuses {
         if s["state"].get("running").is_some() {
             running += 1;
@@ -272,42 +277,64 @@ pub fn pod_status(pod: &Pod, record: &PodRecord, inputs: &StatusInputs, now: Tim
         .and_then(|v| v.as_array().cloned())
         .unwrap_or_default();
     let policy = spec.restart_policy.as_deref().unwrap_or("Always");
+    let sidecar = |s: &Value| {
+        spec.init_containers
+            .iter()
+            .flatten()
+            .any(|c| c.name == s["name"].as_str().unwrap_or("") && is_sidecar(c))
+    };
     let init: Vec<Value> = spec
         .init_containers
         .iter()
         .flatten()
-        .map(|c| container_status(c, record, inputs, true))
+        .map(|c| container_status(c, record, inputs, !is_sidecar(c)))
         .collect();
     let containers: Vec<Value> = spec
         .containers
         .iter()
         .map(|c| container_status(c, record, inputs, false))
         .collect();
-    let init_done = |s: &Value| s["state"]["terminated"]["exitCode"] == 0;
+    // A regular init container is done once it succeeded, a sidecar once it runs and started.
+    let init_done = |s: &Value| {
+        if sidecar(s) {
+            s["state"].get("running").is_some() && s["started"] == true
+        } else {
+            s["state"]["terminated"]["exitCode"] == 0
+        }
+    };
     let init_pending_names: Vec<String> = init
         .iter()
         .filter(|s| !init_done(s))
         .filter_map(|s| s["name"].as_str().map(String::from))
         .collect();
     let init_failed = policy == "Never"
-        && init.iter().any(|s| {
+        && init.iter().filter(|s| !sidecar(s)).any(|s| {
             s["state"]["terminated"]["exitCode"]
                 .as_i64()
                 .is_some_and(|c| c != 0)
         });
-    // Once regular containers have started, init containers are done even if their records are gone.
+    // Once regular containers have started, init containers are done even if their records are
+    // gone; a sidecar that exited and waits to restart does not make the pod pending again.
     let app_started = containers.iter().any(|s| s["containerID"].is_string());
     let init_pending = !init_pending_names.is_empty() && !app_started;
+    let sidecars_running = init
+        .iter()
+        .filter(|s| sidecar(s) && s["state"].get("running").is_some())
+        .count();
     let phase = phase(
         policy,
         init_pending,
         init_failed,
         &containers,
+        sidecars_running,
         inputs.terminating,
     );
     let terminal = matches!(phase, "Succeeded" | "Failed");
-    let unready: Vec<String> = containers
+    // Sidecars take part in the pod's readiness (upstream 1.29+), listed first.
+    let unready: Vec<String> = init
         .iter()
+        .filter(|s| sidecar(s))
+        .chain(containers.iter())
         .filter(|s| s["ready"] != true)
         .filter_map(|s| s["name"].as_str().map(String::from))
         .collect();

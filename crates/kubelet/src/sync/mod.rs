@@ -17,7 +17,7 @@ use k8s_openapi::api::core::v1::{Container, LifecycleHandler, ObjectReference, P
 use crate::cri::logs;
 use crate::kubelet::{lock, Backoff, Kubelet, BACKOFF_INITIAL, BACKOFF_MAX};
 use crate::kuberuntime::pod_actions::{
-    compute_pod_actions, restart_after_exit, ContainerAction, InitStep,
+    compute_pod_actions, is_sidecar, restart_after_exit, ContainerAction, InitStep, ProbeVerdicts,
 };
 use crate::kuberuntime::security_context::SecurityOptions;
 use crate::kuberuntime::status::{pod_status, PodRecord, RecordState, StatusInputs};
@@ -354,22 +354,38 @@ impl Kubelet {
             pod_dir: &pod_dir,
             pod_ips: &pod_ips,
         };
-        let actions = compute_pod_actions(&spec, &record, |id| self.probes.must_restart(id));
+        let actions = {
+            // Scoped: the verdicts borrow closures that are not Sync, and the future is Send.
+            let must_restart = |id: &str| self.probes.must_restart(id);
+            let started = |id: &str| self.probes.started(id);
+            let verdicts = ProbeVerdicts {
+                must_restart: &must_restart,
+                started: &started,
+            };
+            compute_pod_actions(&spec, &record, &verdicts)
+        };
+        let inits: Vec<&Container> = spec.init_containers.iter().flatten().collect();
+        let init_named = |name: &str| inits.iter().copied().find(|c| c.name == name);
+        // Sidecars first: a sidecar that must come back does so before anything else starts.
+        for (name, action) in actions.sidecars {
+            if let Some(c) = init_named(&name) {
+                self.apply_action(&ctx, c, true, "Always", action, &mut inputs, &mut requeue)
+                    .await;
+            }
+        }
+        if actions.stop_sidecars {
+            self.stop_sidecars(pod, &record).await;
+        }
         match actions.init {
             InitStep::Next { name, action } => {
-                if let Some(c) = spec
-                    .init_containers
-                    .iter()
-                    .flatten()
-                    .find(|c| c.name == name)
-                {
+                if let Some(c) = init_named(&name) {
                     self.apply_action(&ctx, c, true, &policy, action, &mut inputs, &mut requeue)
                         .await;
                 }
             }
-            // A running init container is waited for; a failed one with `restartPolicy: Never`
-            // fails the pod through its status.
-            InitStep::Running { .. } | InitStep::Failed { .. } => {}
+            // A running init container (or a sidecar not started yet) is waited for; a failed
+            // one with `restartPolicy: Never` fails the pod through its status.
+            InitStep::Waiting { .. } | InitStep::Failed { .. } => {}
             InitStep::Done => {
                 for (name, action) in actions.containers {
                     if let Some(c) = spec.containers.iter().find(|c| c.name == name) {
@@ -391,14 +407,22 @@ impl Kubelet {
             .await
             .map_err(|e| e.to_string())?;
         // Probe workers first: a new container's readiness starts out false, not unknown.
-        for c in &spec.containers {
+        let probed = spec
+            .containers
+            .iter()
+            .chain(inits.iter().copied().filter(|c| is_sidecar(c)));
+        for c in probed {
             if let Some(r) = record.latest(&c.name) {
                 if r.state == RecordState::Running {
                     let ready_before = pod
                         .status
                         .as_ref()
-                        .and_then(|s| s.container_statuses.as_ref())
-                        .and_then(|cs| cs.iter().find(|s| s.name == c.name))
+                        .and_then(|s| {
+                            let statuses = s.container_statuses.iter().flatten();
+                            statuses
+                                .chain(s.init_container_statuses.iter().flatten())
+                                .find(|s| s.name == c.name)
+                        })
                         .is_some_and(|s| {
                             s.ready
                                 && s.container_id.as_deref()

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use super::*;
+use crate::kuberuntime::status::ContainerRecord;
 
 impl Kubelet {
     /// Terminates a pod being deleted or gone from its source (upstream `SyncTerminatingPod` +
@@ -89,6 +90,7 @@ impl Kubelet {
         only: Option<&[String]>,
     ) {
         let spec = pod.spec.clone().unwrap_or_default();
+        let deadline = Instant::now() + Duration::from_secs(grace.max(0) as u64);
         let running: Vec<_> = record
             .containers
             .iter()
@@ -96,55 +98,100 @@ impl Kubelet {
             .filter(|c| only.is_none_or(|ids| ids.contains(&c.id)))
             .cloned()
             .collect();
-        let kills = running.into_iter().map(|c| {
-            let this = self.clone();
-            let spec_c = spec
-                .containers
+        // Upstream's order: app (and regular init) containers together, then sidecars one at a
+        // time in reverse spec order, so a sidecar outlives what uses it; all within `grace`.
+        let sidecars: Vec<&Container> = spec
+            .init_containers
+            .iter()
+            .flatten()
+            .filter(|c| is_sidecar(c))
+            .collect();
+        let (mut late, first): (Vec<_>, Vec<_>) = running
+            .into_iter()
+            .partition(|c| sidecars.iter().any(|s| s.name == c.name));
+        late.sort_by_key(|c| std::cmp::Reverse(sidecars.iter().position(|s| s.name == c.name)));
+        let spec_of = |name: &str| {
+            spec.containers
                 .iter()
                 .chain(spec.init_containers.iter().flatten())
-                .find(|s| s.name == c.name)
-                .cloned();
-            let pod = pod.clone();
-            async move {
-                let started = Instant::now();
-                if c.state == RecordState::Running {
-                    if let Some(pre_stop) = spec_c
-                        .as_ref()
-                        .and_then(|s| s.lifecycle.as_ref())
-                        .and_then(|l| l.pre_stop.clone())
-                    {
-                        let timeout = Duration::from_secs(grace.max(0) as u64);
-                        if let Err(e) = this
-                            .run_hook(&pod, spec_c.as_ref(), &c.id, &pre_stop, timeout)
-                            .await
-                        {
-                            this.event(
-                                &container_ref(&pod, &c.name),
-                                EventType::Warning,
-                                "FailedPreStopHook",
-                                &format!("PreStopHook failed: {e}"),
-                            );
-                        }
-                    }
-                    this.event(
-                        &container_ref(&pod, &c.name),
-                        EventType::Normal,
-                        "Killing",
-                        &format!("Stopping container {}", c.name),
-                    );
-                }
-                let left = (grace - started.elapsed().as_secs() as i64).max(if grace > 0 {
-                    MIN_GRACE_SECS
-                } else {
-                    0
-                });
-                if let Err(e) = kr::stop_container(&this.runtime, &c.id, left).await {
-                    tracing::warn!(container = %c.id, error = %e, "stop container failed");
-                }
-                this.probes.forget(&c.id);
-            }
+                .find(|s| s.name == name)
+                .cloned()
+        };
+        let kills = first.into_iter().map(|c| {
+            let spec_c = spec_of(&c.name);
+            self.kill_container(pod, spec_c, c, grace, deadline)
         });
         futures::future::join_all(kills).await;
+        for c in late {
+            let spec_c = spec_of(&c.name);
+            self.kill_container(pod, spec_c, c, grace, deadline).await;
+        }
+    }
+
+    /// Stops every running sidecar (the app containers are done for good), in upstream's order.
+    pub(super) async fn stop_sidecars(self: &Arc<Self>, pod: &Pod, record: &PodRecord) {
+        let spec = pod.spec.clone().unwrap_or_default();
+        let ids: Vec<String> = record
+            .containers
+            .iter()
+            .filter(|c| c.state == RecordState::Running)
+            .filter(|c| {
+                spec.init_containers
+                    .iter()
+                    .flatten()
+                    .any(|s| s.name == c.name && is_sidecar(s))
+            })
+            .map(|c| c.id.clone())
+            .collect();
+        if ids.is_empty() {
+            return;
+        }
+        let grace = spec.termination_grace_period_seconds.unwrap_or(30);
+        self.kill_pod(pod, record, grace, Some(&ids)).await;
+    }
+
+    /// Runs one container's preStop hook and stops it, with what is left of the grace period
+    /// (at least upstream's minimum after a hook).
+    async fn kill_container(
+        self: &Arc<Self>,
+        pod: &Pod,
+        spec_c: Option<Container>,
+        c: ContainerRecord,
+        grace: i64,
+        deadline: Instant,
+    ) {
+        if c.state == RecordState::Running {
+            if let Some(pre_stop) = spec_c
+                .as_ref()
+                .and_then(|s| s.lifecycle.as_ref())
+                .and_then(|l| l.pre_stop.clone())
+            {
+                let timeout = deadline.saturating_duration_since(Instant::now());
+                if let Err(e) = self
+                    .run_hook(pod, spec_c.as_ref(), &c.id, &pre_stop, timeout)
+                    .await
+                {
+                    self.event(
+                        &container_ref(pod, &c.name),
+                        EventType::Warning,
+                        "FailedPreStopHook",
+                        &format!("PreStopHook failed: {e}"),
+                    );
+                }
+            }
+            self.event(
+                &container_ref(pod, &c.name),
+                EventType::Normal,
+                "Killing",
+                &format!("Stopping container {}", c.name),
+            );
+        }
+        let left = deadline.saturating_duration_since(Instant::now()).as_secs() as i64;
+        let left = left.max(if grace > 0 { MIN_GRACE_SECS } else { 0 });
+        if let Err(e) = kr::stop_container(&self.runtime, &c.id, left).await {
+            tracing::warn!(container = %c.id, error = %e, "stop container failed");
+        }
+        self.probes.forget(&c.id);
     }
 
     /// Runs a lifecycle hook (exec, httpGet or sleep).

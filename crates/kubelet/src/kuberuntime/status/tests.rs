@@ -32,14 +32,17 @@ fn phases_follow_get_phase() {
     ];
     for (i, (policy, statuses, terminating, want)) in cases.into_iter().enumerate() {
         assert_eq!(
-            phase(policy, false, false, &statuses, terminating),
+            phase(policy, false, false, &statuses, 0, terminating),
             want,
             "case {i}"
         );
     }
-    assert_eq!(phase("Never", false, true, &[running()], false), "Failed");
     assert_eq!(
-        phase("Always", true, false, &[creating()], false),
+        phase("Never", false, true, &[running()], 0, false),
+        "Failed"
+    );
+    assert_eq!(
+        phase("Always", true, false, &[creating()], 0, false),
         "Pending"
     );
 }
@@ -182,4 +185,80 @@ fn readiness_probe_gates_ready() {
     let s = pod_status(&test_pod("Always"), &rec, &inputs, Timestamp::UNIX_EPOCH);
     assert_eq!(s["containerStatuses"][0]["ready"], false);
     assert_eq!(s["conditions"][2]["status"], "False");
+}
+
+fn sidecar_pod(policy: &str) -> Pod {
+    serde_json::from_value(json!({
+        "metadata": {"name": "p", "namespace": "default", "uid": "u"},
+        "spec": {"restartPolicy": policy,
+                 "initContainers": [{"name": "side", "image": "busybox", "restartPolicy": "Always",
+                                     "startupProbe": {"exec": {"command": ["true"]}}}],
+                 "containers": [{"name": "c", "image": "busybox"}]},
+        "status": {"phase": "Pending"}
+    }))
+    .unwrap()
+}
+
+fn named(name: &str, id: &str, state: RecordState, code: i32) -> ContainerRecord {
+    ContainerRecord {
+        name: name.into(),
+        id: id.into(),
+        ..record(state, code, 0)
+    }
+}
+
+#[test]
+fn a_sidecar_initializes_the_pod_once_started_and_takes_part_in_readiness() {
+    let mut rec = PodRecord {
+        sandbox_id: Some("s".into()),
+        sandbox_ready: true,
+        pod_ips: vec!["10.42.0.5".into()],
+        containers: vec![named("side", "sc", RecordState::Running, 0)],
+    };
+    let mut inputs = StatusInputs::default();
+    inputs.started.insert("sc".into(), false);
+    let s = pod_status(&sidecar_pod("Never"), &rec, &inputs, Timestamp::UNIX_EPOCH);
+    assert_eq!(s["phase"], "Pending");
+    let initialized = |s: &Value| {
+        s["conditions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["type"] == "Initialized")
+            .cloned()
+            .unwrap()
+    };
+    assert_eq!(initialized(&s)["status"], "False");
+    assert_eq!(
+        initialized(&s)["message"],
+        "containers with incomplete status: [side]"
+    );
+
+    // Started: initialized; the app runs; an unready sidecar keeps the pod unready.
+    inputs.started.insert("sc".into(), true);
+    inputs.ready.insert("sc".into(), false);
+    rec.containers
+        .insert(0, named("c", "app", RecordState::Running, 0));
+    let s = pod_status(&sidecar_pod("Never"), &rec, &inputs, Timestamp::UNIX_EPOCH);
+    assert_eq!(s["phase"], "Running");
+    assert_eq!(initialized(&s)["status"], "True");
+    assert_eq!(s["initContainerStatuses"][0]["started"], true);
+    let ready = s["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "ContainersReady")
+        .cloned()
+        .unwrap();
+    assert_eq!(ready["status"], "False");
+    assert_eq!(ready["message"], "containers with unready status: [side]");
+
+    // The app is done, the sidecar still runs: Running until the sidecar is stopped; its exit
+    // code then does not count.
+    rec.containers[0] = named("c", "app", RecordState::Exited, 0);
+    let s = pod_status(&sidecar_pod("Never"), &rec, &inputs, Timestamp::UNIX_EPOCH);
+    assert_eq!(s["phase"], "Running");
+    rec.containers[1] = named("side", "sc", RecordState::Exited, 137);
+    let s = pod_status(&sidecar_pod("Never"), &rec, &inputs, Timestamp::UNIX_EPOCH);
+    assert_eq!(s["phase"], "Succeeded");
 }

@@ -94,6 +94,10 @@ pub struct ApiServerFlags {
     /// How often the automatic reload reads the file (upstream: fixed at one minute; for tests).
     #[arg(long, default_value = "1m", value_parser = parse_duration, hide = true)]
     pub encryption_provider_config_automatic_reload_interval: Duration,
+    /// How often kubelets' `/metrics/resource` is scraped for `metrics.k8s.io` (metrics-server's
+    /// `--metric-resolution`; shorter for tests).
+    #[arg(long, default_value = "15s", value_parser = parse_duration, hide = true)]
+    pub metric_resolution: Duration,
     #[command(flatten)]
     pub audit: AuditFlags,
     /// Issuer (`iss`) of service account tokens.
@@ -291,6 +295,7 @@ impl ApiServerFlags {
         config.max_mutating_requests_inflight = self.max_mutating_requests_inflight;
         config.enable_priority_and_fairness = self.enable_priority_and_fairness;
         config.request_timeout = self.request_timeout;
+        config.metric_resolution = self.metric_resolution;
         config.max_watches_per_user = self.max_watches_per_user;
         config.enable_admission_plugins = self.enable_admission_plugins.clone();
         config.disable_admission_plugins = self.disable_admission_plugins.clone();

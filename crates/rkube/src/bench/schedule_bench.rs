@@ -20,6 +20,11 @@
 //! (TopologySpreading: a hard zone constraint, maxSkew 5; init pods are plain) and `anti-affinity`
 //! (SchedulingPodAntiAffinity: required anti-affinity on the hostname; init pods of the same kind in
 //! another namespace).
+//!
+//! `--dra` (scheduler_perf's SchedulingWithResourceClaim, structured parameters): every node
+//! publishes a ResourceSlice of `--dra-devices` devices of the driver `gpu.example.com`, a
+//! DeviceClass selects them by driver (CEL), and each measured pod gets a ResourceClaim of its own
+//! for one device, created just before it; the scheduler allocates the claims (DynamicResources).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -76,6 +81,41 @@ pub struct ScheduleBenchArgs {
     /// basic, topology-spread or anti-affinity.
     #[arg(long, default_value = "basic")]
     scenario: String,
+    /// Each measured pod claims one DRA device (see the module docs).
+    #[arg(long)]
+    dra: bool,
+    /// With `--dra`: devices per node.
+    #[arg(long, default_value_t = 8)]
+    dra_devices: usize,
+}
+
+const DRA_DRIVER: &str = "gpu.example.com";
+
+fn dra_spec(args: &ScheduleBenchArgs) -> Result<sim::devices::DeviceSpec, String> {
+    sim::devices::DeviceSpec::parse(&format!("{DRA_DRIVER}={}", args.dra_devices))
+}
+
+/// The DeviceClass the bench's claims ask for.
+async fn create_device_class(client: &kube::Client) -> Result<(), String> {
+    let class: k8s_openapi::api::resource::v1::DeviceClass = serde_json::from_value(json!({
+        "metadata": {"name": DRA_DRIVER},
+        "spec": {"selectors": [{"cel": {"expression": format!("device.driver == '{DRA_DRIVER}'")}}]}
+    }))
+    .map_err(|e| e.to_string())?;
+    match Api::all(client.clone())
+        .create(&PostParams::default(), &class)
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(e) => Err(format!("device class: {e}")),
+    }
+}
+
+/// A claim for one device of the bench's class.
+fn claim_object(name: &str) -> Value {
+    json!({"metadata": {"name": name}, "spec": {"devices": {"requests": [
+        {"name": "gpu", "exactly": {"deviceClassName": DRA_DRIVER}}]}}})
 }
 
 /// The pod of a scenario (upstream scheduler_perf's pod templates); `init` for the initial pods.
@@ -174,6 +214,11 @@ async fn local_cluster(args: &ScheduleBenchArgs) -> Result<(kube::Client, LocalC
     let sim = if args.sim_nodes {
         let config = sim::SimConfig {
             nodes: args.nodes,
+            devices: if args.dra {
+                vec![dra_spec(args)?]
+            } else {
+                Vec::new()
+            },
             ..Default::default()
         };
         Some(sim::Simulator::start(client.clone(), config).await?)
@@ -192,6 +237,16 @@ async fn local_cluster(args: &ScheduleBenchArgs) -> Result<(kube::Client, LocalC
             })
         })
         .await?;
+        if args.dra {
+            let spec = dra_spec(args)?;
+            create_all(args.nodes, args.concurrency, |i| {
+                let (client, spec) = (client.clone(), spec.clone());
+                Box::pin(async move {
+                    sim::devices::publish(&client, &[spec], &format!("node-{i}"), None).await
+                })
+            })
+            .await?;
+        }
         None
     };
     eprintln!(
@@ -300,6 +355,8 @@ async fn create_pods(
     bind_to: Option<Arc<Vec<String>>>,
 ) -> Result<HashMap<String, Instant>, String> {
     let pods: Api<Pod> = Api::namespaced(client.clone(), namespace);
+    let claims: Option<Api<k8s_openapi::api::resource::v1::ResourceClaim>> =
+        (args.dra && !init).then(|| Api::namespaced(client.clone(), namespace));
     let created: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
     let run_id = std::process::id();
     let command: Option<Vec<String>> = args
@@ -316,6 +373,7 @@ async fn create_pods(
             command.clone(),
             bind_to.clone(),
         );
+        let claims = claims.clone();
         let (scenario, cpu, memory) = (scenario.clone(), cpu.clone(), memory.clone());
         let image = image.clone();
         Box::pin(async move {
@@ -332,6 +390,27 @@ async fn create_pods(
                 spec.node_name = Some(nodes[i % nodes.len()].clone());
             }
             lock(&created).insert(name.clone(), Instant::now());
+            if let Some(claims) = claims {
+                let claim_name = format!("{name}-gpu");
+                let claim =
+                    serde_json::from_value(claim_object(&claim_name)).map_err(|e| e.to_string())?;
+                claims
+                    .create(&PostParams::default(), &claim)
+                    .await
+                    .map_err(|e| format!("create claim {claim_name}: {e}"))?;
+                spec.resource_claims = Some(vec![k8s_openapi::api::core::v1::PodResourceClaim {
+                    name: "gpu".into(),
+                    resource_claim_name: Some(claim_name),
+                    ..Default::default()
+                }]);
+                spec.containers[0]
+                    .resources
+                    .get_or_insert_with(Default::default)
+                    .claims = Some(vec![k8s_openapi::api::core::v1::ResourceClaim {
+                    name: "gpu".into(),
+                    ..Default::default()
+                }]);
+            }
             pods.create(&PostParams::default(), &pod)
                 .await
                 .map(drop)
@@ -407,6 +486,9 @@ pub async fn run(args: ScheduleBenchArgs) -> Result<(), String> {
     let nodes = node_names.len();
     ensure_namespace(&client, NAMESPACE).await?;
     ensure_namespace(&client, INIT_NAMESPACE).await?;
+    if args.dra {
+        create_device_class(&client).await?;
+    }
     let wait_running = args.kubeconfig.is_some() || args.sim_nodes;
 
     let factory = SharedInformerFactory::new(client.clone(), InformerConfig::new());
@@ -497,8 +579,18 @@ pub async fn run(args: ScheduleBenchArgs) -> Result<(), String> {
     };
     println!();
     println!(
-        "scenario {}, {nodes} nodes, {} init pods, {} measured pods, {mode}",
-        args.scenario, args.init_pods, args.pods
+        "scenario {}{}, {nodes} nodes, {} init pods, {} measured pods, {mode}",
+        args.scenario,
+        if args.dra {
+            format!(
+                " with one DRA claim per pod ({} devices per node)",
+                args.dra_devices
+            )
+        } else {
+            String::new()
+        },
+        args.init_pods,
+        args.pods
     );
     println!("| scenario | mode | nodes | pods | creates took s | to last bound s | bound pods/s | SchedulingThroughput avg | p50 | p90 | p99 | create-to-bound p50 ms | p99 ms |");
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");

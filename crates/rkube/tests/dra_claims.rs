@@ -1,8 +1,10 @@
 //! The resource claim controller of `rkube server` (DRA, `resource.k8s.io/v1`) with one simulated
-//! node, one server for all cases:
+//! node with two devices, one server for all cases:
 //! - a pod whose claim comes from a ResourceClaimTemplate gets a claim `<pod>-<claim>-xxxxx`
 //!   controlled by the pod, annotated with the pod's claim name, carrying the template's labels and
-//!   spec, recorded in `pod.status.resourceClaimStatuses`; deleting the pod deletes the claim;
+//!   spec, recorded in `pod.status.resourceClaimStatuses`; the scheduler allocates it from the node's
+//!   simulated devices (`--sim-devices`) and binds the pod; deleting the pod deletes the claim (the
+//!   controller drops the reservation and the finalizer);
 //! - the generated claim of a pod that finished goes while the pod object stays;
 //! - a claim allocated (here by the test, playing the scheduler) for a pod bound straight to a node
 //!   is reserved for it by the controller; when the pod goes, the reservation is removed, the
@@ -123,7 +125,10 @@ fn generated_claim(c: &Cluster, pod: &str) -> Value {
 
 #[test]
 fn claims_from_templates_reservations_and_deallocation() {
-    let c = Cluster::start_all(Backend::Sqlite, &["--sim-nodes", "1"]);
+    let c = Cluster::start_all(
+        Backend::Sqlite,
+        &["--sim-nodes", "1", "--sim-devices", "gpu.example.com=2"],
+    );
     wait_for("the simulated node", || {
         exists(&c, &["node", "sim-0"]).then_some(())
     });
@@ -153,6 +158,24 @@ fn claims_from_templates_reservations_and_deallocation() {
     assert_eq!(
         claim["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"],
         "gpu.example.com"
+    );
+    // The scheduler allocates it on the node's slice and reserves it for the pod.
+    let uid = owner["uid"].clone();
+    let allocated = wait_for("the trainer's claim allocated and the pod bound", || {
+        let claim = json(&c, &["resourceclaim", &name]);
+        let bound = json(&c, &["pod", "trainer"])["spec"]["nodeName"] == "sim-0";
+        let reserved = claim["status"]["reservedFor"]
+            == serde_json::json!([{"resource": "pods", "name": "trainer", "uid": uid}]);
+        (bound && reserved).then_some(claim)
+    });
+    let result = &allocated["status"]["allocation"]["devices"]["results"][0];
+    assert_eq!(
+        (&result["driver"], &result["pool"], &result["request"]),
+        (&"gpu.example.com".into(), &"sim-0".into(), &"gpu".into())
+    );
+    assert_eq!(
+        allocated["metadata"]["finalizers"],
+        serde_json::json!(["resource.kubernetes.io/delete-protection"])
     );
     c.kubectl(&["delete", "pod", "trainer", "--wait=false"]);
     wait_for("the trainer's claim to go", || {

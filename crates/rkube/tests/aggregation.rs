@@ -249,6 +249,15 @@ spec:
         "{resources}"
     );
 
+    // The extension server's OpenAPI v3 document is published by rkube: `kubectl explain` works.
+    let explained = cluster.kubectl(&["explain", "flunders"]);
+    assert!(
+        explained.contains("Flunder is an example type.") && explained.contains("spec"),
+        "{explained}"
+    );
+    let field = cluster.kubectl(&["explain", "flunders.spec.reference"]);
+    assert!(field.contains("What the flunder refers to."), "{field}");
+
     // A list through rkube, as the admin; the extension server saw who asked.
     let listed = cluster.kubectl(&["get", "flunders", "-n", "wardle", "-o", "name"]);
     assert_eq!(listed.trim(), format!("flunder.{GROUP}/first"));

@@ -190,6 +190,8 @@ async fn sync(api: &Arc<ApiServer>, name: &str) {
     let (outcome, resources) = check(api, &remote).await;
     if outcome.available {
         api.aggregator.set_resources(name, resources);
+        let spec = fetch_openapi(api, &remote).await;
+        api.aggregator.set_openapi(name, spec);
     }
     let cache = storage(api, "apiregistration.k8s.io", "apiservices");
     let key = format!("/apiservices/{name}");
@@ -294,6 +296,22 @@ pub async fn check(api: &Arc<ApiServer>, remote: &Remote) -> (Outcome, Option<Va
             (outcome, list)
         }
         Err(message) => (Outcome::unavailable("FailedDiscoveryCheck", message), None),
+    }
+}
+
+/// The extension server's OpenAPI v3 document of the group version, if it serves one (upstream
+/// reads its `/openapi/v3` index first; the path is the same for every server built on
+/// k8s.io/apiserver).
+async fn fetch_openapi(
+    api: &Arc<ApiServer>,
+    remote: &Remote,
+) -> Option<super::openapi::RemoteSpec> {
+    let at = resolve::resolve(api, &remote.namespace, &remote.service, remote.port).ok()?;
+    let path = format!("/openapi/v3/apis/{}/{}", remote.group, remote.version);
+    let get = super::proxy::get(api, remote, &at, &path, true);
+    match tokio::time::timeout(CHECK_TIMEOUT, get).await {
+        Ok(Ok((status, body))) if status.is_success() => super::openapi::RemoteSpec::new(body),
+        _ => None,
     }
 }
 

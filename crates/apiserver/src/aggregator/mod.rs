@@ -11,6 +11,7 @@
 pub mod available;
 pub mod discovery;
 pub mod frontproxy;
+pub mod openapi;
 pub mod proxy;
 pub mod resolve;
 
@@ -105,6 +106,8 @@ pub struct Aggregator {
     remotes: RwLock<BTreeMap<String, Arc<Remote>>>,
     /// `APIResourceList` of each remote APIService, by APIService name, from its last passed check.
     resources: RwLock<BTreeMap<String, Value>>,
+    /// The OpenAPI v3 document of each remote APIService that serves one, likewise.
+    openapi: RwLock<BTreeMap<String, openapi::RemoteSpec>>,
 }
 
 impl Aggregator {
@@ -113,6 +116,7 @@ impl Aggregator {
             front_proxy,
             remotes: RwLock::default(),
             resources: RwLock::default(),
+            openapi: RwLock::default(),
         }
     }
 
@@ -143,6 +147,7 @@ impl Aggregator {
                 remotes.remove(name);
                 drop(remotes);
                 self.set_resources(name, None);
+                self.set_openapi(name, None);
             }
         }
     }
@@ -157,6 +162,24 @@ impl Aggregator {
                 resources.remove(name);
             }
         }
+    }
+
+    pub(crate) fn set_openapi(&self, name: &str, spec: Option<openapi::RemoteSpec>) {
+        let mut specs = self.openapi.write().unwrap_or_else(|e| e.into_inner());
+        match spec {
+            Some(s) => {
+                specs.insert(name.to_string(), s);
+            }
+            None => {
+                specs.remove(name);
+            }
+        }
+    }
+
+    /// The fetched OpenAPI v3 document of the APIService `name`.
+    pub fn openapi(&self, name: &str) -> Option<openapi::RemoteSpec> {
+        let specs = self.openapi.read().unwrap_or_else(|e| e.into_inner());
+        specs.get(name).cloned()
     }
 
     /// The fetched resource list of the APIService `name`.

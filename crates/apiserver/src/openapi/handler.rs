@@ -49,10 +49,17 @@ pub fn serve(
         .unwrap_or_default();
     let custom = super::CustomSchemas::from_crds(crds.iter().map(|o| &o.json[..]));
     let mut resp = match path.trim_end_matches('/') {
-        "/openapi/v3" => response::json_response(StatusCode::OK, &super::root(snap, &custom)),
+        "/openapi/v3" => {
+            let mut root = super::root(snap, &custom);
+            crate::aggregator::openapi::merge_root(&api.aggregator, &mut root);
+            response::json_response(StatusCode::OK, &root)
+        }
         "/openapi/v2" => serve_v2(&super::v2(snap, &custom), headers),
         p => {
             let gv = p.strip_prefix("/openapi/v3/").ok_or_else(not_found)?;
+            if let Some(resp) = crate::aggregator::openapi::serve(&api.aggregator, gv, query) {
+                return Ok(resp);
+            }
             let doc = super::group_version(snap, &custom, gv).ok_or_else(not_found)?;
             // As upstream: an outdated hash is redirected to the current one.
             if query.get("hash").is_some_and(|h| h != doc.hash) {

@@ -8,7 +8,8 @@
 //! - `GET /apis/wardle.example.com/v1alpha1`: the APIResourceList (`flunders`, `flunders/status`);
 //! - `GET .../namespaces/<ns>/flunders`: a list of one Flunder, `first`, in that namespace;
 //! - the same with `watch=true`: an ADDED event of `first`, then the stream stays open;
-//! - `GET .../namespaces/<ns>/flunders/first`: that Flunder.
+//! - `GET .../namespaces/<ns>/flunders/first`: that Flunder;
+//! - `GET /openapi/v3/apis/wardle.example.com/v1alpha1`: an OpenAPI v3 document with its schema.
 //!
 //! Every request is recorded with the user and groups it came with.
 
@@ -207,6 +208,41 @@ fn flunder(namespace: &str) -> Value {
     })
 }
 
+/// The group version's OpenAPI v3 document: the Flunder schema, found by its GVK.
+fn openapi() -> Value {
+    let text = |d: &str| json!({"type": "string", "description": d});
+    json!({
+        "openapi": "3.0.0",
+        "info": {"title": "wardle", "version": VERSION},
+        // kubectl explain finds the kind through the GET operation of its path, as upstream's
+        // servers publish it.
+        "paths": {
+            format!("/apis/{GROUP}/{VERSION}/namespaces/{{namespace}}/flunders/{{name}}"): {"get": {
+                "x-kubernetes-action": "get",
+                "x-kubernetes-group-version-kind": {"group": GROUP, "kind": "Flunder", "version": VERSION},
+                "responses": {"200": {"description": "OK", "content": {"application/json": {
+                    "schema": {"$ref": "#/components/schemas/com.example.wardle.v1alpha1.Flunder"},
+                }}}},
+            }},
+        },
+        "components": {"schemas": {"com.example.wardle.v1alpha1.Flunder": {
+            "description": "Flunder is an example type.",
+            "type": "object",
+            "properties": {
+                "apiVersion": text("APIVersion defines the versioned schema of this object."),
+                "kind": text("Kind is the type of this object."),
+                "metadata": {"type": "object", "description": "Standard object metadata."},
+                "spec": {
+                    "type": "object",
+                    "description": "The desired flunder.",
+                    "properties": {"reference": text("What the flunder refers to.")},
+                },
+            },
+            "x-kubernetes-group-version-kind": [{"group": GROUP, "kind": "Flunder", "version": VERSION}],
+        }}},
+    })
+}
+
 fn handle(
     seen: Arc<Mutex<Vec<Seen>>>,
     proxy_allowed: bool,
@@ -236,6 +272,9 @@ fn handle(
         .uri()
         .query()
         .is_some_and(|q| q.split('&').any(|p| p == "watch=true" || p == "watch=1"));
+    if path == format!("/openapi/v3/apis/{GROUP}/{VERSION}") {
+        return json_response(StatusCode::OK, &openapi());
+    }
     let base = format!("/apis/{GROUP}/{VERSION}");
     let rest = path.strip_prefix(&base).unwrap_or("/unknown");
     let segments: Vec<&str> = rest.split('/').filter(|s| !s.is_empty()).collect();

@@ -124,7 +124,9 @@ pub(crate) fn hpa(h: &mut Obj) {
     if let Some(b) = spec.get_mut("behavior").and_then(Value::as_object_mut) {
         let up = json!({"stabilizationWindowSeconds": 0, "selectPolicy": "Max", "policies": [
             {"type": "Pods", "value": 4, "periodSeconds": 15}, {"type": "Percent", "value": 100, "periodSeconds": 15}]});
-        let down = json!({"stabilizationWindowSeconds": 300, "selectPolicy": "Max", "policies": [
+        // No scale-down window: upstream leaves it to the controller's
+        // --horizontal-pod-autoscaler-downscale-stabilization.
+        let down = json!({"selectPolicy": "Max", "policies": [
             {"type": "Percent", "value": 100, "periodSeconds": 15}]});
         let scale_up = scaling_rules(up, b.get("scaleUp"));
         let scale_down = scaling_rules(down, b.get("scaleDown"));

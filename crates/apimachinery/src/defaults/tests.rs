@@ -639,6 +639,17 @@ fn other_groups() {
         hpa["spec"]["behavior"]["scaleUp"]["policies"][0],
         json!({"type": "Pods", "value": 4, "periodSeconds": 15})
     );
+    let only_up = defaulted(
+        "autoscaling",
+        "HorizontalPodAutoscaler",
+        json!({"apiVersion": "autoscaling/v2",
+        "spec": {"maxReplicas": 5, "behavior": {"scaleUp": {"stabilizationWindowSeconds": 5}}}}),
+    );
+    // The scale-down window stays unset (the controller's flag decides), as upstream's defaults.
+    assert_eq!(
+        only_up["spec"]["behavior"]["scaleDown"],
+        json!({"selectPolicy": "Max", "policies": [{"type": "Percent", "value": 100, "periodSeconds": 15}]})
+    );
     let crd = defaulted(
         "apiextensions.k8s.io",
         "CustomResourceDefinition",

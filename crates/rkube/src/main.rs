@@ -9,6 +9,7 @@ mod dns;
 mod kubelet;
 mod leader;
 mod local_path;
+mod migrate;
 mod nodes;
 mod proxy;
 mod serve;
@@ -52,6 +53,9 @@ enum Command {
     Dns(dns::DnsArgs),
     /// Measure a part of rkube (results go to docs/benchmarks.md).
     Bench(bench::BenchArgs),
+    /// Move a cluster's state between storage backends (SQLite to etcd and back); stop the API
+    /// servers first.
+    Migrate(migrate::MigrateArgs),
 }
 
 /// A client for the cluster of `kubeconfig`, else of $KUBECONFIG or ~/.kube/config.
@@ -161,6 +165,7 @@ fn main() -> std::process::ExitCode {
             Command::Bench(args) => bench::run(args).await,
             Command::Proxy(args) => proxy::run(args).await,
             Command::Dns(args) => dns::run(args).await,
+            Command::Migrate(args) => migrate::run(args).await,
         }
     });
     // Blocking tasks cannot be aborted (kube-proxy's sync runner is a loop on its own thread), and

@@ -19,6 +19,7 @@ pub mod compaction;
 mod error;
 pub mod etcd;
 pub mod etcd_process;
+pub mod migrate;
 pub mod sqlite;
 
 use std::pin::Pin;

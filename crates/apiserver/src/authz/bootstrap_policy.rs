@@ -112,9 +112,16 @@ pub fn objects() -> Result<(Vec<Value>, Vec<Value>), String> {
             if role.labels.get(label).map(String::as_str) != Some("true") || depth > 8 {
                 continue;
             }
-            match &role.aggregate {
-                Some(inner) => rules.extend(aggregated(policy, own, inner, depth + 1)),
-                None => rules.extend(own.get(role.name.as_str()).cloned().unwrap_or_default()),
+            let found = match &role.aggregate {
+                Some(inner) => aggregated(policy, own, inner, depth + 1),
+                None => own.get(role.name.as_str()).cloned().unwrap_or_default(),
+            };
+            // A rule reached twice (a role labelled for two levels) is kept once, as upstream's
+            // aggregation controller keeps it.
+            for rule in found {
+                if !rules.contains(&rule) {
+                    rules.push(rule);
+                }
             }
         }
         rules
@@ -192,9 +199,12 @@ mod tests {
         let view = count("system:aggregate-to-view");
         let edit = count("system:aggregate-to-edit");
         let admin = count("system:aggregate-to-admin");
-        assert_eq!(count("view"), view);
-        assert_eq!(count("edit"), edit + view);
-        assert_eq!(count("admin"), admin + edit + view);
+        // The metrics reader's one rule is aggregated to all three (once: identical rules are not
+        // repeated).
+        assert_eq!(count("system:aggregated-metrics-reader"), 1);
+        assert_eq!(count("view"), view + 1);
+        assert_eq!(count("edit"), edit + view + 1);
+        assert_eq!(count("admin"), admin + edit + view + 1);
         assert_eq!(
             role(&roles, "admin")["aggregationRule"],
             json!({"clusterRoleSelectors": [{"matchLabels": {"rbac.authorization.k8s.io/aggregate-to-admin": "true"}}]})

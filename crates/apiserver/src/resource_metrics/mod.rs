@@ -329,7 +329,20 @@ fn respond_list(ctx: &Ctx<'_>, items: Vec<Value>, pods: bool) -> Result<Response
             );
             Ok(crate::response::json_response(StatusCode::OK, &t))
         }
-        _ => {
+        Representation::Metadata => {
+            let items: Vec<Value> = items
+                .iter()
+                .map(crate::rest::table::partial_metadata)
+                .collect();
+            let mut list = json!({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1",
+                "metadata": {}, "items": items});
+            crate::rest::table::set_meta_version(
+                &mut list,
+                crate::rest::table::meta_version(ctx.headers),
+            );
+            Ok(crate::response::json_response(StatusCode::OK, &list))
+        }
+        Representation::Object => {
             let kind = if pods {
                 "PodMetricsList"
             } else {

@@ -13,7 +13,8 @@ use super::{kinds, DEADLINE};
 
 /// Upstream 1.36's `kubectl api-resources -o wide`, one line per resource: name (short names),
 /// group/version, scope, kind, then `verbs=` unless the verbs are the usual eight ([`STANDARD_VERBS`]) and
-/// `categories=` when there are categories.
+/// `categories=` when there are categories. The last two lines are metrics-server's (rkube serves
+/// `metrics.k8s.io` itself), as in a cluster running it: its APIService's priority puts them last.
 pub const UPSTREAM_API_RESOURCES: &str = "\
 bindings v1 namespaced Binding verbs=create
 componentstatuses (cs) v1 cluster ComponentStatus verbs=get,list
@@ -81,12 +82,14 @@ csinodes storage.k8s.io/v1 cluster CSINode
 csistoragecapacities storage.k8s.io/v1 namespaced CSIStorageCapacity
 storageclasses (sc) storage.k8s.io/v1 cluster StorageClass
 volumeattachments storage.k8s.io/v1 cluster VolumeAttachment
-volumeattributesclasses (vac) storage.k8s.io/v1 cluster VolumeAttributesClass";
+volumeattributesclasses (vac) storage.k8s.io/v1 cluster VolumeAttributesClass
+nodes metrics.k8s.io/v1beta1 cluster NodeMetrics verbs=get,list
+pods metrics.k8s.io/v1beta1 namespaced PodMetrics verbs=get,list";
 
 pub const UPSTREAM_API_VERSIONS: &str = "admissionregistration.k8s.io/v1 apiextensions.k8s.io/v1 \
 apiregistration.k8s.io/v1 apps/v1 authentication.k8s.io/v1 authorization.k8s.io/v1 autoscaling/v1 \
 autoscaling/v2 batch/v1 certificates.k8s.io/v1 coordination.k8s.io/v1 discovery.k8s.io/v1 \
-events.k8s.io/v1 flowcontrol.apiserver.k8s.io/v1 networking.k8s.io/v1 node.k8s.io/v1 policy/v1 \
+events.k8s.io/v1 flowcontrol.apiserver.k8s.io/v1 metrics.k8s.io/v1beta1 networking.k8s.io/v1 node.k8s.io/v1 policy/v1 \
 rbac.authorization.k8s.io/v1 resource.k8s.io/v1 scheduling.k8s.io/v1 storage.k8s.io/v1 v1";
 
 pub const STANDARD_VERBS: &str = "create,delete,deletecollection,get,list,patch,update,watch";

@@ -95,7 +95,7 @@ pub async fn run(args: MigrateArgs) -> Result<(), String> {
     let destination = to.open(&args.etcd_prefix, false).await?;
     let started = std::time::Instant::now();
     let copied = storage::migrate::copy(&*source, &*destination, |n| {
-        tracing::info!(keys = n, "copied");
+        tracing::debug!(keys = n, "copied");
     })
     .await
     .map_err(|e| e.to_string())?;

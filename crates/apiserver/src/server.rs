@@ -353,15 +353,27 @@ async fn handle_authenticated(
         };
     // A group version an extension API server serves: its request goes there, body unread.
     if let Some(remote) = remote_of(api, &target) {
-        let deadline = match &target {
-            Target::Resource(r) if r.verb == request::Verb::Watch => None,
-            _ => Some(
-                crate::timeout::deadline(&query, api.request_timeout)
-                    .unwrap_or(api.request_timeout),
-            ),
-        };
+        let started = std::time::Instant::now();
         let req = Request::from_parts(parts, body);
-        let resp = crate::aggregator::proxy::serve(api, &remote, &user, req, deadline).await;
+        let is_watch = matches!(&target, Target::Resource(r) if r.verb == request::Verb::Watch);
+        let resp = if is_watch {
+            // Counted against the user's open watches, and ended at shutdown as local ones are
+            // (between two chunks of the extension server's stream, which may split an event:
+            // the client sees a cut stream, as upstream's clients do when the server exits).
+            match api.watches.admit(&user) {
+                Err(e) => response::error_response(&e),
+                Ok(watch_seat) => {
+                    let resp = crate::aggregator::proxy::serve(api, &remote, &user, req, None);
+                    let resp = api.watch_terminator.terminable(resp.await);
+                    hold_while_streaming(resp, watch_seat)
+                }
+            }
+        } else {
+            let deadline = crate::timeout::deadline(&query, api.request_timeout)
+                .unwrap_or(api.request_timeout);
+            crate::aggregator::proxy::serve(api, &remote, &user, req, Some(deadline)).await
+        };
+        record_metrics(api, &target, &resp, started);
         return seat.annotate(resp);
     }
     let limit = decode_limit();
@@ -391,7 +403,19 @@ async fn handle_authenticated(
     } else {
         route_with_deadline(api, &user, &target, &path, &query, &parts.headers, body).await
     };
-    if let Target::Resource(r) = &target {
+    record_metrics(api, &target, &resp, started);
+    // A watch's seats were held only while it was set up (upstream's watch initialization).
+    seat.annotate(resp)
+}
+
+/// `apiserver_request_total` and the latency histogram for a resource request.
+fn record_metrics(
+    api: &ApiServer,
+    target: &Target,
+    resp: &Response<Body>,
+    started: std::time::Instant,
+) {
+    if let Target::Resource(r) = target {
         let verb = match r.verb {
             request::Verb::Create => "POST".to_string(),
             request::Verb::Update => "PUT".to_string(),
@@ -411,8 +435,6 @@ async fn handle_authenticated(
             started.elapsed(),
         );
     }
-    // A watch's seats were held only while it was set up (upstream's watch initialization).
-    seat.annotate(resp)
 }
 
 /// The remote APIService serving what `target` names, if one does.

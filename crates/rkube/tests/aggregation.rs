@@ -287,6 +287,16 @@ spec:
         "{admin:?}"
     );
 
+    // Proxied requests are counted as rkube's own are.
+    let metrics = cluster.kubectl(&["get", "--raw", "/metrics"]);
+    assert!(
+        metrics.contains(&format!(
+            "apiserver_request_total{{code=\"200\",group=\"{GROUP}\",resource=\"flunders\",verb=\"LIST\",version=\"{VERSION}\"}}"
+        )),
+        "{}",
+        metrics.lines().filter(|l| l.contains(GROUP)).collect::<Vec<_>>().join("\n")
+    );
+
     // rkube authorizes first: a user without RBAC rights never reaches the extension server.
     let out = cluster.kubectl_as("nobody-token", &["get", "flunders", "-n", "wardle"], None);
     assert!(!out.status.success());

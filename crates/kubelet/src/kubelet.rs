@@ -45,6 +45,8 @@ pub struct Kubelet {
     pub probes: Arc<ProbeManager>,
     pub volumes: VolumeManager,
     pub status: StatusManager,
+    /// DRA drivers' registration and the claims they prepared on this node.
+    pub dra: Arc<crate::dra::Manager>,
     pub(crate) pods: Mutex<HashMap<String, PodEntry>>,
     pub(crate) wakers: Arc<Mutex<HashMap<String, Arc<Notify>>>>,
     pub(crate) backoff: Mutex<HashMap<String, Backoff>>,
@@ -113,6 +115,10 @@ impl Kubelet {
                 node_allocatable.clone(),
             ),
             status: StatusManager::new(client.clone(), &config.node_name),
+            dra: Arc::new(crate::dra::Manager::new(
+                &config.root_dir,
+                crate::dra::cdi::SPEC_DIRS.iter().map(Into::into).collect(),
+            )),
             config,
             client,
             runtime,
@@ -312,6 +318,11 @@ impl Kubelet {
                 let _ = crate::kuberuntime::remove_sandbox(&self.runtime, &s.id).await;
             }
         }
+        // Nothing of the pod runs any more: its claims may be unprepared (a failure is retried
+        // with the next pod's removal).
+        if let Err(e) = self.dra.unprepare_pod(uid).await {
+            tracing::warn!(pod = uid, error = %e, "unpreparing the pod's ResourceClaims");
+        }
     }
 
     /// Unused image garbage collection (upstream `ImageGCManager`): when the image filesystem is above
@@ -482,6 +493,7 @@ pub async fn run(
     let kubelet = Kubelet::new(config.clone(), client, runtime, recorder, pod_config);
     tasks.push(tokio::spawn(kubelet.clone().pleg()));
     tasks.push(tokio::spawn(kubelet.clone().housekeeping()));
+    tasks.push(tokio::spawn(kubelet.dra.clone().watch()));
     // The kubelet's HTTPS server: logs, exec, attach, port-forward, /pods.
     tasks.push(tokio::spawn(crate::server::serve(
         listener,

@@ -11,7 +11,10 @@
 //!   environment variables through the CDI spec files ([`cdi`]); [`Manager::unprepare_pod`] calls
 //!   `NodeUnprepareResources` once no pod on the node uses a claim any more.
 //!
-//! Not wired into the pod sync yet (see docs/notes.md): the kubelet does not call these.
+//! The pod sync calls these: `sync/start.rs` prepares the pod's claims before a container starts
+//! (retrying every 2 s while a claim is not reserved for the pod, with a
+//! `FailedPrepareDynamicResources` event) and appends the CDI environment to its config;
+//! `Kubelet::remove_pod_runtime` unprepares once the pod's containers and sandbox are gone.
 //! Differences: the socket directory is polled every second (upstream: fsnotify); prepared claims
 //! live in memory only (upstream checkpoints them in `<root-dir>/dra_manager_state`, so a restarted
 //! kubelet knows what to unprepare).

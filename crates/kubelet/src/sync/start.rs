@@ -107,8 +107,33 @@ impl Kubelet {
             pod_ips,
             node_allocatable: &self.node_allocatable,
         };
+        // The pod's claims are prepared by their drivers before its first container starts; the
+        // devices' CDI environment goes into each container that names the claim.
+        let dra_env = match self.prepare_dynamic_resources(pod, c).await {
+            Ok(env) => env,
+            Err(e) => {
+                self.event(
+                    &cref,
+                    EventType::Warning,
+                    "FailedPrepareDynamicResources",
+                    &format!("Failed to prepare dynamic resources: {e}"),
+                );
+                inputs
+                    .waiting
+                    .insert(c.name.clone(), ("ContainerCreating".into(), e));
+                *requeue = min_requeue(*requeue, Duration::from_secs(2));
+                return;
+            }
+        };
         let config = match container_config(&ctx).await {
-            Ok(cfg) => cfg,
+            Ok(mut cfg) => {
+                cfg.envs.extend(
+                    dra_env
+                        .into_iter()
+                        .map(|(key, value)| crate::cri::api::KeyValue { key, value }),
+                );
+                cfg
+            }
             Err(e) => {
                 self.event(&cref, EventType::Warning, "Failed", &format!("Error: {e}"));
                 inputs
@@ -259,5 +284,64 @@ impl Kubelet {
                 let _ = kr::remove_container(&self.runtime, &c.id).await;
             }
         }
+    }
+}
+
+impl Kubelet {
+    /// Prepares the pod's ResourceClaims (read from the API server; each must be reserved for
+    /// the pod) and returns the environment the container's devices add.
+    async fn prepare_dynamic_resources(
+        &self,
+        pod: &Pod,
+        c: &Container,
+    ) -> Result<Vec<(String, String)>, String> {
+        use k8s_openapi::api::resource::v1::ResourceClaim;
+        let entries = pod
+            .spec
+            .as_ref()
+            .and_then(|s| s.resource_claims.as_deref())
+            .unwrap_or(&[]);
+        if entries.is_empty() {
+            return Ok(Vec::new());
+        }
+        let client = self
+            .client
+            .clone()
+            .ok_or("no API server to read the pod's ResourceClaims from")?;
+        let ns = pod.metadata.namespace.clone().unwrap_or_default();
+        let statuses = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.resource_claim_statuses.as_deref())
+            .unwrap_or(&[]);
+        let mut names = std::collections::HashMap::new();
+        for e in entries {
+            let name = match (&e.resource_claim_name, &e.resource_claim_template_name) {
+                (Some(n), _) => Some(n.clone()),
+                (None, Some(_)) => match statuses.iter().find(|s| s.name == e.name) {
+                    Some(s) => s.resource_claim_name.clone(),
+                    None => return Err(format!("waiting for the ResourceClaim of {}", e.name)),
+                },
+                (None, None) => None,
+            };
+            if let Some(n) = name {
+                names.insert(e.name.clone(), n);
+            }
+        }
+        let api: kube::Api<ResourceClaim> = kube::Api::namespaced(client, &ns);
+        let mut claims = Vec::new();
+        for name in names.values() {
+            claims.push(api.get(name).await.map_err(|e| match e {
+                kube::Error::Api(s) => s.message,
+                other => other.to_string(),
+            })?);
+        }
+        self.dra
+            .prepare_claims(pod, &claims)
+            .await
+            .map_err(|e| e.to_string())?;
+        self.dra
+            .container_env(&ns, c, &names)
+            .map_err(|e| e.to_string())
     }
 }

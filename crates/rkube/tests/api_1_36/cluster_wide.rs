@@ -13,8 +13,8 @@ use super::{kinds, DEADLINE};
 
 /// Upstream 1.36's `kubectl api-resources -o wide`, one line per resource: name (short names),
 /// group/version, scope, kind, then `verbs=` unless the verbs are the usual eight ([`STANDARD_VERBS`]) and
-/// `categories=` when there are categories. The last two lines are metrics-server's (rkube serves
-/// `metrics.k8s.io` itself), as in a cluster running it: its APIService's priority puts them last.
+/// `categories=` when there are categories. The `metrics.k8s.io` lines are metrics-server's (rkube
+/// serves that group itself), as in a cluster running it.
 pub const UPSTREAM_API_RESOURCES: &str = "\
 bindings v1 namespaced Binding verbs=create
 componentstatuses (cs) v1 cluster ComponentStatus verbs=get,list
@@ -61,6 +61,8 @@ endpointslices discovery.k8s.io/v1 namespaced EndpointSlice
 events (ev) events.k8s.io/v1 namespaced Event
 flowschemas flowcontrol.apiserver.k8s.io/v1 cluster FlowSchema
 prioritylevelconfigurations flowcontrol.apiserver.k8s.io/v1 cluster PriorityLevelConfiguration
+nodes metrics.k8s.io/v1beta1 cluster NodeMetrics verbs=get,list
+pods metrics.k8s.io/v1beta1 namespaced PodMetrics verbs=get,list
 ingressclasses networking.k8s.io/v1 cluster IngressClass
 ingresses (ing) networking.k8s.io/v1 namespaced Ingress
 ipaddresses (ip) networking.k8s.io/v1 cluster IPAddress
@@ -82,9 +84,7 @@ csinodes storage.k8s.io/v1 cluster CSINode
 csistoragecapacities storage.k8s.io/v1 namespaced CSIStorageCapacity
 storageclasses (sc) storage.k8s.io/v1 cluster StorageClass
 volumeattachments storage.k8s.io/v1 cluster VolumeAttachment
-volumeattributesclasses (vac) storage.k8s.io/v1 cluster VolumeAttributesClass
-nodes metrics.k8s.io/v1beta1 cluster NodeMetrics verbs=get,list
-pods metrics.k8s.io/v1beta1 namespaced PodMetrics verbs=get,list";
+volumeattributesclasses (vac) storage.k8s.io/v1 cluster VolumeAttributesClass";
 
 pub const UPSTREAM_API_VERSIONS: &str = "admissionregistration.k8s.io/v1 apiextensions.k8s.io/v1 \
 apiregistration.k8s.io/v1 apps/v1 authentication.k8s.io/v1 authorization.k8s.io/v1 autoscaling/v1 \

@@ -9,7 +9,7 @@
 //!   (discovery maps its kind; no metrics are needed for that);
 //! - an External metric (no external metrics API is served) leaves ScalingActive False with
 //!   upstream's reason; HPAs written as autoscaling/v1 (a manifest, `kubectl autoscale`) read back
-//!   as v2.
+//!   as v2; a second HPA over the same pods gets AmbiguousSelector.
 //!
 //! The CPU initialization period is shortened to 1 s: simulated pods are ready at once, and with
 //! upstream's 5 min a pod's first samples would wait a metrics window after readiness.
@@ -268,6 +268,10 @@ spec:
 }
 
 fn unserved_metrics_and_v1_writes(c: &Cluster) {
+    let other = DEPLOYMENT
+        .replace("name: web", "name: other")
+        .replace("app: web", "app: other");
+    c.kubectl_in(&["apply", "-f", "-"], Some(&other));
     c.kubectl_in(
         &["apply", "-f", "-"],
         Some(
@@ -276,7 +280,7 @@ apiVersion: autoscaling/v2
 kind: HorizontalPodAutoscaler
 metadata: {name: ext}
 spec:
-  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: web}
+  scaleTargetRef: {apiVersion: apps/v1, kind: Deployment, name: other}
   minReplicas: 2
   maxReplicas: 6
   metrics:
@@ -357,6 +361,14 @@ spec:
         v2["spec"]["metrics"][0]["resource"]["target"]["averageUtilization"],
         60
     );
+    // Its pods are those of the HPA `web` too: upstream's AmbiguousSelector.
+    wait_for("AmbiguousSelector", Duration::from_secs(30), || {
+        let h = json(c, &["get", "hpa", "auto"]);
+        match condition(&h, "ScalingActive") {
+            (s, r) if s == "False" && r == "AmbiguousSelector" => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    });
     c.kubectl(&["delete", "hpa", "auto"]);
 }
 

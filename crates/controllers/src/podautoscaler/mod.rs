@@ -73,6 +73,9 @@ struct Ctx {
     options: Options,
     calc: Calculator,
     history: Mutex<HashMap<String, History>>,
+    /// Each HPA's target selector as of its last sync (upstream `hpaSelectors`), to refuse pods
+    /// that several HPAs select.
+    selectors: Mutex<HashMap<String, apimachinery::labels::Selector>>,
     /// (group, kind) -> the resource and when it was looked up; refreshed each sync period as
     /// upstream resets its discovery REST mapper.
     mappings: Mutex<HashMap<(String, String), (ApiResource, Instant)>>,
@@ -99,6 +102,7 @@ pub async fn run(ctx: &crate::ControllerContext) {
             delay_of_initial_readiness_status: options.initial_readiness_delay,
         },
         history: Mutex::new(HashMap::new()),
+        selectors: Mutex::new(HashMap::new()),
         mappings: Mutex::new(HashMap::new()),
     });
     let (c1, c2, c3) = (c.clone(), c.clone(), c.clone());
@@ -118,6 +122,7 @@ pub async fn run(ctx: &crate::ControllerContext) {
             .on_delete(move |d| {
                 let key = d.key();
                 c3.history.lock().expect("history lock").remove(&key);
+                c3.selectors.lock().expect("selectors lock").remove(&key);
                 c3.queue.forget(&key);
             }),
     );
@@ -235,6 +240,38 @@ fn selected_pods(c: &Ctx, ns: &str, selector: &apimachinery::labels::Selector) -
             selector.matches(&labels)
         })
         .collect()
+}
+
+/// Upstream `hpasControllingPodsUnderSelector`: the HPAs (sorted `namespace/name` keys) whose last
+/// selector selects one of `pods`, after recording `key`'s own.
+fn hpas_selecting(
+    c: &Ctx,
+    key: &str,
+    selector: &apimachinery::labels::Selector,
+    pods: &[Arc<Pod>],
+) -> Vec<String> {
+    let mut selectors = c.selectors.lock().expect("selectors lock");
+    selectors.insert(key.to_string(), selector.clone());
+    let ns = key.split_once('/').map_or("", |(ns, _)| ns);
+    let mut out: Vec<String> = selectors
+        .iter()
+        .filter(|(k, _)| k.split_once('/').is_some_and(|(n, _)| n == ns))
+        .filter(|(_, sel)| {
+            pods.iter().any(|p| {
+                let labels: serde_json::Map<String, serde_json::Value> = p
+                    .metadata
+                    .labels
+                    .iter()
+                    .flatten()
+                    .map(|(k, v)| (k.clone(), serde_json::Value::String(v.clone())))
+                    .collect();
+                sel.matches(&labels)
+            })
+        })
+        .map(|(k, _)| k.clone())
+        .collect();
+    out.sort();
+    out
 }
 
 /// The target's resource: (group, kind) through discovery, cached for a sync period.

@@ -37,6 +37,16 @@ async fn replicas_for_metrics(
     };
     let ns = s.hpa.metadata.namespace.clone().unwrap_or_default();
     let pods = selected_pods(s.c, &ns, &selector);
+    let selecting = hpas_selecting(s.c, &s.key, &selector, &pods);
+    if selecting.len() > 1 {
+        let msg = format!(
+            "pods by selector {selector_str} are controlled by multiple HPAs: [{}]",
+            selecting.join(" ")
+        );
+        s.event(true, "AmbiguousSelector", &msg);
+        s.condition("ScalingActive", false, "AmbiguousSelector", msg.clone());
+        return Err(msg);
+    }
     let spec_replicas = scale.spec.as_ref().and_then(|sp| sp.replicas).unwrap_or(0);
     let specs = s.hpa.spec.metrics.clone().unwrap_or_default();
     let tol = tolerances(&s.hpa, s.c.options.tolerance);
@@ -123,6 +133,7 @@ async fn get_scale(s: &mut Sync<'_>) -> Result<(Scale, Api<DynamicObject>, Strin
 pub(super) async fn reconcile(c: &Ctx, key: &str) -> Result<(), String> {
     let Some(shared) = c.hpas.get(key) else {
         c.history.lock().expect("history lock").remove(key);
+        c.selectors.lock().expect("selectors lock").remove(key);
         return Ok(());
     };
     let original = shared.status.clone().unwrap_or_default();

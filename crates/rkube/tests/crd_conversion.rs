@@ -3,7 +3,8 @@
 //! of `admission_webhooks/server.rs`) converting between v1 `spec.hostPort: "host:port"` and v2
 //! `spec.host` + `spec.port`. A CRD with v1 (storage) and v2 and `strategy: Webhook` pointing at
 //! it: an object created in v1 reads in v2 with converted fields, one created in v2 is stored and
-//! read in v1, a LIST in v2 sends one review for its objects, a watch in v2 converts each event,
+//! read in v1, a LIST in v2 sends one review for its objects not converted before (converted
+//! objects are remembered by their bytes), a watch in v2 converts each event,
 //! `status.storedVersions` holds the storage version, `/openapi/v2` publishes both versions'
 //! schemas; after the storage version moves to v2 a no-op `kubectl replace` migrates the objects
 //! (then v1 is dropped from `storedVersions` by hand); a CRD whose webhook is down fails reads in
@@ -286,7 +287,36 @@ fn crd_conversion_webhooks() {
     ]));
     assert_eq!(raw["spec"], json!({"hostPort": "example.com:8443"}));
 
-    // A LIST in v2: one review for both objects.
+    // A LIST in v2 (in a namespace the watch does not see): one review for its two objects. The
+    // objects of `default` were converted as they are now (by the reads and the watch), and a
+    // LIST there sends nothing.
+    c.kubectl(&["create", "namespace", "other"]);
+    for (name, hp) in [("w3", "a:1"), ("w4", "b:2")] {
+        c.kubectl_in(
+            &["create", "-n", "other", "-f", "-"],
+            Some(&format!("apiVersion: stable.example.com/v1\nkind: Widget\nmetadata:\n  name: {name}\nspec:\n  hostPort: \"{hp}\"\n")),
+        );
+    }
+    let before = hook.reviews().len();
+    let list = json_of(&c.kubectl(&[
+        "get",
+        "widgets.v2.stable.example.com",
+        "-n",
+        "other",
+        "-o",
+        "json",
+    ]));
+    let items = list["items"].as_array().expect("items");
+    assert_eq!(items.len(), 2);
+    for item in items {
+        assert_eq!(item["apiVersion"], "stable.example.com/v2");
+    }
+    assert_eq!(items[1]["spec"], json!({"host": "b", "port": "2"}));
+    assert_eq!(
+        hook.reviews()[before..],
+        [("stable.example.com/v2".to_string(), 2)],
+        "one review for the list"
+    );
     let before = hook.reviews().len();
     let list = json_of(&c.kubectl(&["get", "widgets.v2.stable.example.com", "-o", "json"]));
     let items = list["items"].as_array().expect("items");
@@ -295,11 +325,10 @@ fn crd_conversion_webhooks() {
         assert_eq!(item["apiVersion"], "stable.example.com/v2");
         assert!(item["spec"]["host"].is_string(), "{item}");
     }
-    let reviews = hook.reviews();
     assert_eq!(
-        reviews[before..],
-        [("stable.example.com/v2".to_string(), 2)],
-        "one review for the list"
+        hook.reviews().len(),
+        before,
+        "converted objects are remembered"
     );
     // The table kubectl prints by default comes from the converted objects too.
     let table = c.kubectl(&["get", "widgets.v2.stable.example.com"]);
@@ -309,7 +338,7 @@ fn crd_conversion_webhooks() {
     let mut seen = std::collections::BTreeMap::new();
     rt.block_on(async {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        while seen.len() < 2
+        while !seen.contains_key("w1")
             || seen
                 .get("w2")
                 .map(|s: &Value| s["port"] != "8443")

@@ -52,7 +52,7 @@ impl ReviewVersion {
 }
 
 /// A CRD's conversion webhook.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct Webhook {
     /// The reason no client could be made (upstream fails every conversion with it).
     pub endpoint: Result<Endpoint, String>,
@@ -60,6 +60,54 @@ pub struct Webhook {
     pub review_version: Option<ReviewVersion>,
     /// The decoded `caBundle`, so the shared TLS settings of bundles no CRD names can go.
     pub ca_bundle: Vec<u8>,
+    /// Objects this webhook converted, so that the watchers and LISTs of a version other than the
+    /// storage one do not each send the same objects again (upstream converts each object once,
+    /// into its per-version watch cache). A new webhook (any CRD change) starts empty.
+    converted: Converted,
+}
+
+/// The most bytes of original objects a webhook's [`Converted`] remembers (then it starts over),
+/// and the largest object kept.
+const CACHE_BYTES: usize = 4 << 20;
+const CACHE_MAX_OBJECT: usize = 256 << 10;
+
+/// Converted objects by desired apiVersion and the original's exact JSON: the same bytes always
+/// convert the same way, whatever request they come from (a dry run's object included).
+#[derive(Default)]
+struct Converted {
+    /// The converted objects, and the bytes of their originals.
+    inner: std::sync::Mutex<(ConvertedMap, usize)>,
+}
+
+/// Converted objects by (desired apiVersion, original JSON).
+type ConvertedMap = std::collections::HashMap<(String, Vec<u8>), Value>;
+
+impl std::fmt::Debug for Converted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Converted")
+    }
+}
+
+impl Converted {
+    fn get(&self, desired: &str, raw: &[u8]) -> Option<Value> {
+        let inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        inner.0.get(&(desired.to_string(), raw.to_vec())).cloned()
+    }
+
+    fn put(&self, desired: &str, raw: &[u8], converted: &Value) {
+        if raw.len() > CACHE_MAX_OBJECT {
+            return;
+        }
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if inner.1 + raw.len() > CACHE_BYTES {
+            inner.0.clear();
+            inner.1 = 0;
+        }
+        inner.1 += raw.len();
+        inner
+            .0
+            .insert((desired.to_string(), raw.to_vec()), converted.clone());
+    }
 }
 
 /// The HTTP client and TLS settings the conversion webhooks of all CRDs share.
@@ -98,6 +146,7 @@ impl Webhook {
             endpoint: client::endpoint(client_config, tls, &mut in_use),
             review_version,
             ca_bundle,
+            converted: Converted::default(),
         })
     }
 }
@@ -143,30 +192,38 @@ pub async fn convert(
     objs: &mut [Value],
     desired: &str,
 ) -> Result<(), ApiError> {
-    let pending: Vec<usize> = (0..objs.len())
-        .filter(|&i| objs[i].get("apiVersion").and_then(Value::as_str) != Some(desired))
-        .collect();
+    let mut misses: Vec<(usize, Vec<u8>)> = Vec::new();
+    for (i, obj) in objs.iter_mut().enumerate() {
+        if obj.get("apiVersion").and_then(Value::as_str) == Some(desired) {
+            continue;
+        }
+        let raw = serde_json::to_vec(obj).map_err(ApiError::internal)?;
+        match hook.converted.get(desired, &raw) {
+            Some(done) => *obj = done,
+            None => misses.push((i, raw)),
+        }
+    }
     let mut start = 0;
-    while start < pending.len() {
+    while start < misses.len() {
         let mut end = start;
         let mut bytes = 0;
-        let mut batch = Vec::new();
-        while end < pending.len() && batch.len() < MAX_BATCH_OBJECTS {
-            let raw = serde_json::to_vec(&objs[pending[end]]).map_err(ApiError::internal)?;
-            if !batch.is_empty() && bytes + raw.len() > MAX_BATCH_BYTES {
+        while end < misses.len() && end - start < MAX_BATCH_OBJECTS {
+            let len = misses[end].1.len();
+            if end > start && bytes + len > MAX_BATCH_BYTES {
                 break;
             }
-            bytes += raw.len();
-            batch.push(raw);
+            bytes += len;
             end += 1;
         }
-        let indexes = &pending[start..end];
-        let originals: Vec<&Value> = indexes.iter().map(|&i| &objs[i]).collect();
-        let converted = review(api, clients, hook, &originals, &batch, desired)
+        let batch = &misses[start..end];
+        let originals: Vec<&Value> = batch.iter().map(|(i, _)| &objs[*i]).collect();
+        let raw: Vec<&[u8]> = batch.iter().map(|(_, r)| r.as_slice()).collect();
+        let converted = review(api, clients, hook, &originals, &raw, desired)
             .await
             .map_err(failure)?;
-        for (&i, c) in indexes.iter().zip(converted) {
-            objs[i] = c;
+        for ((i, raw), c) in batch.iter().zip(converted) {
+            hook.converted.put(desired, raw, &c);
+            objs[*i] = c;
         }
         start = end;
     }
@@ -179,7 +236,7 @@ async fn review(
     clients: &Clients,
     hook: &Webhook,
     originals: &[&Value],
-    raw: &[Vec<u8>],
+    raw: &[&[u8]],
     desired: &str,
 ) -> Result<Vec<Value>, String> {
     let source = gvk(originals[0]);
@@ -203,7 +260,12 @@ async fn review(
 }
 
 /// The review sent: upstream's request, with its empty `response` too.
-fn request_body(version: ReviewVersion, uid: &str, desired: &str, raw: &[Vec<u8>]) -> Bytes {
+fn request_body(
+    version: ReviewVersion,
+    uid: &str,
+    desired: &str,
+    raw: &[impl AsRef<[u8]>],
+) -> Bytes {
     let head = json!({
         "kind": "ConversionReview",
         "apiVersion": version.api_version(),
@@ -217,13 +279,14 @@ fn request_body(version: ReviewVersion, uid: &str, desired: &str, raw: &[Vec<u8>
     let Some(at) = at else {
         return Bytes::from(text);
     };
-    let mut out = Vec::with_capacity(text.len() + raw.iter().map(|r| r.len() + 1).sum::<usize>());
+    let mut out =
+        Vec::with_capacity(text.len() + raw.iter().map(|r| r.as_ref().len() + 1).sum::<usize>());
     out.extend_from_slice(&text.as_bytes()[..at]);
     for (i, r) in raw.iter().enumerate() {
         if i > 0 {
             out.push(b',');
         }
-        out.extend_from_slice(r);
+        out.extend_from_slice(r.as_ref());
     }
     out.extend_from_slice(&text.as_bytes()[at..]);
     Bytes::from(out)

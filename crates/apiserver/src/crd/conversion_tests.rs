@@ -38,7 +38,7 @@ fn the_request_carries_the_objects_as_sent() {
     assert_eq!(review["request"]["uid"], "u1");
     assert_eq!(review["request"]["desiredAPIVersion"], "example.com/v2");
     assert_eq!(review["request"]["objects"][1]["metadata"]["name"], "b");
-    let empty = request_body(ReviewVersion::V1beta1, "u", "g/v", &[]);
+    let empty = request_body(ReviewVersion::V1beta1, "u", "g/v", &[] as &[Vec<u8>]);
     let review: Value = serde_json::from_slice(&empty).unwrap();
     assert_eq!(review["request"]["objects"], json!([]));
 }
@@ -161,4 +161,29 @@ fn bad_conversions_fail_with_upstreams_messages() {
         run(&[&a], vec![json!({"apiVersion": "example.com/v2"})]),
         "Object 'Kind' is missing in '{\"apiVersion\":\"example.com/v2\"}'"
     );
+}
+
+#[test]
+fn converted_objects_are_remembered_by_their_exact_bytes_within_a_bound() {
+    let cache = Converted::default();
+    let raw = serde_json::to_vec(&obj("a", "example.com/v1")).unwrap();
+    let done = obj("a", "example.com/v2");
+    cache.put("example.com/v2", &raw, &done);
+    assert_eq!(cache.get("example.com/v2", &raw), Some(done));
+    assert_eq!(cache.get("example.com/v3", &raw), None);
+    let mut other = raw.clone();
+    other.push(b' ');
+    assert_eq!(cache.get("example.com/v2", &other), None);
+    // Past the byte bound it starts over rather than grow.
+    let big = vec![b'x'; CACHE_MAX_OBJECT];
+    for i in 0..(CACHE_BYTES / CACHE_MAX_OBJECT + 1) {
+        cache.put(&format!("g/v{i}"), &big, &json!(i));
+    }
+    let inner = cache.inner.lock().unwrap();
+    assert!(inner.1 <= CACHE_BYTES);
+    assert!(inner.0.len() < CACHE_BYTES / CACHE_MAX_OBJECT + 2);
+    // Too large to keep.
+    drop(inner);
+    cache.put("g/huge", &vec![b'y'; CACHE_MAX_OBJECT + 1], &json!(0));
+    assert_eq!(cache.get("g/huge", &vec![b'y'; CACHE_MAX_OBJECT + 1]), None);
 }

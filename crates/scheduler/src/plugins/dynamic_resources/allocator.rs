@@ -216,6 +216,30 @@ impl Prepared {
     }
 }
 
+/// Selector results of one device, by compiled program (the index keeps the device unchanged, so a
+/// result holds until the slice changes): every pod asking for the same class would otherwise
+/// evaluate the same expressions on every node again. At most [`MEMO_LIMIT`] programs per device.
+#[derive(Default)]
+pub struct SelectorMemo(std::sync::Mutex<Vec<(Arc<Program>, bool)>>);
+
+const MEMO_LIMIT: usize = 16;
+
+impl SelectorMemo {
+    fn get(&self, p: &Arc<Program>) -> Option<bool> {
+        let g = self.0.lock().ok()?;
+        g.iter().find(|(q, _)| Arc::ptr_eq(p, q)).map(|(_, r)| *r)
+    }
+
+    fn put(&self, p: &Arc<Program>, r: bool) {
+        if let Ok(mut g) = self.0.lock() {
+            if g.len() >= MEMO_LIMIT {
+                g.clear();
+            }
+            g.push((p.clone(), r));
+        }
+    }
+}
+
 /// A device of a slice the node can use.
 pub struct NodeDevice<'a> {
     pub slice: &'a ResourceSlice,
@@ -223,6 +247,7 @@ pub struct NodeDevice<'a> {
     value: OnceCell<Value>,
     /// The value built in advance (the slice index's).
     prebuilt: Option<&'a Value>,
+    memo: Option<&'a SelectorMemo>,
 }
 
 impl<'a> NodeDevice<'a> {
@@ -232,6 +257,7 @@ impl<'a> NodeDevice<'a> {
             device,
             value: OnceCell::new(),
             prebuilt: None,
+            memo: None,
         }
     }
 
@@ -239,9 +265,11 @@ impl<'a> NodeDevice<'a> {
         slice: &'a ResourceSlice,
         device: &'a Device,
         value: &'a Value,
+        memo: &'a SelectorMemo,
     ) -> NodeDevice<'a> {
         NodeDevice {
             prebuilt: Some(value),
+            memo: Some(memo),
             ..NodeDevice::new(slice, device)
         }
     }
@@ -316,7 +344,15 @@ impl Search<'_, '_> {
         let mut ok = taints_tolerated(dev.device, &alt.tolerations);
         if ok {
             for (p, what) in &alt.selectors {
-                match selectors::matches(p, dev.value()) {
+                let known = dev.memo.and_then(|m| m.get(p));
+                let result = match known {
+                    Some(r) => Ok(r),
+                    None => selectors::matches(p, dev.value()),
+                };
+                if let (None, Ok(r), Some(m)) = (known, &result, dev.memo) {
+                    m.put(p, *r);
+                }
+                match result {
                     Ok(true) => {}
                     Ok(false) => {
                         ok = false;

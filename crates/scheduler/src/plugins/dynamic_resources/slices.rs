@@ -8,7 +8,7 @@ use std::sync::Arc;
 use k8s_openapi::api::resource::v1::ResourceSlice;
 use rkube_cel::Value;
 
-use super::allocator::{slice_on_node, NodeDevice};
+use super::allocator::{slice_on_node, NodeDevice, SelectorMemo};
 use super::selectors::device_value;
 
 /// A slice with the CEL value of each of its devices, built once per index: every pod's Filter
@@ -16,18 +16,25 @@ use super::selectors::device_value;
 struct Indexed {
     slice: Arc<ResourceSlice>,
     values: Vec<Value>,
+    /// Per device, selector results already known (see [`SelectorMemo`]).
+    memos: Vec<SelectorMemo>,
 }
 
 impl Indexed {
     fn new(slice: Arc<ResourceSlice>) -> Indexed {
-        let values = slice
+        let values: Vec<Value> = slice
             .spec
             .devices
             .iter()
             .flatten()
             .map(|d| device_value(&slice.spec.driver, d))
             .collect();
-        Indexed { slice, values }
+        let memos = (0..values.len()).map(|_| SelectorMemo::default()).collect();
+        Indexed {
+            slice,
+            values,
+            memos,
+        }
     }
 }
 use crate::framework::NodeInfo;
@@ -89,14 +96,30 @@ impl SliceIndex {
     pub fn devices<'a>(&'a self, node: &NodeInfo) -> Vec<NodeDevice<'a>> {
         let mut out = Vec::new();
         for s in self.by_node.get(node.name()).into_iter().flatten() {
-            for (d, v) in s.slice.spec.devices.iter().flatten().zip(&s.values) {
-                out.push(NodeDevice::with_value(&s.slice, d, v));
+            for ((d, v), m) in s
+                .slice
+                .spec
+                .devices
+                .iter()
+                .flatten()
+                .zip(&s.values)
+                .zip(&s.memos)
+            {
+                out.push(NodeDevice::with_value(&s.slice, d, v, m));
             }
         }
         for s in &self.shared {
-            for (d, v) in s.slice.spec.devices.iter().flatten().zip(&s.values) {
+            for ((d, v), m) in s
+                .slice
+                .spec
+                .devices
+                .iter()
+                .flatten()
+                .zip(&s.values)
+                .zip(&s.memos)
+            {
                 if slice_on_node(&s.slice, Some(d), node) {
-                    out.push(NodeDevice::with_value(&s.slice, d, v));
+                    out.push(NodeDevice::with_value(&s.slice, d, v, m));
                 }
             }
         }

@@ -249,6 +249,7 @@ async fn local_cluster(args: &ScheduleBenchArgs) -> Result<(kube::Client, LocalC
         }
         None
     };
+    clear_not_ready_taints(&client, args.concurrency).await?;
     eprintln!(
         "{} nodes registered in {:.1}s",
         args.nodes,
@@ -264,6 +265,53 @@ async fn local_cluster(args: &ScheduleBenchArgs) -> Result<(kube::Client, LocalC
         local.start_scheduler(&client);
     }
     Ok((client, local))
+}
+
+/// The TaintNodesByCondition admission plugin gives every new node `node.kubernetes.io/not-ready:
+/// NoSchedule`, which the node lifecycle controller removes once the node is Ready; the in-process
+/// cluster runs no controllers, so the bench removes it (the nodes are Ready from the start).
+async fn clear_not_ready_taints(client: &kube::Client, concurrency: usize) -> Result<(), String> {
+    const NOT_READY: &str = "node.kubernetes.io/not-ready";
+    let api: Api<Node> = Api::all(client.clone());
+    let tainted: Vec<Node> = api
+        .list(&ListParams::default())
+        .await
+        .map_err(|e| e.to_string())?
+        .items
+        .into_iter()
+        .filter(|n| {
+            n.spec
+                .as_ref()
+                .and_then(|s| s.taints.as_ref())
+                .is_some_and(|t| t.iter().any(|t| t.key == NOT_READY))
+        })
+        .collect();
+    let tainted = Arc::new(tainted);
+    create_all(tainted.len(), concurrency, |i| {
+        let (api, tainted) = (api.clone(), tainted.clone());
+        Box::pin(async move {
+            let node = &tainted[i];
+            let name = node.metadata.name.clone().unwrap_or_default();
+            let keep: Vec<_> = node
+                .spec
+                .as_ref()
+                .and_then(|s| s.taints.clone())
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|t| t.key != NOT_READY)
+                .collect();
+            let patch = json!({"spec": {"taints": keep}});
+            api.patch(
+                &name,
+                &kube::api::PatchParams::default(),
+                &kube::api::Patch::Merge(&patch),
+            )
+            .await
+            .map(drop)
+            .map_err(|e| format!("node {name}: {e}"))
+        })
+    })
+    .await
 }
 
 async fn ensure_namespace(client: &kube::Client, name: &str) -> Result<(), String> {

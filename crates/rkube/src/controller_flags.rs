@@ -289,8 +289,7 @@ impl ControllerFlags {
                 sync_period: self.horizontal_pod_autoscaler_sync_period,
                 downscale_stabilization: self.horizontal_pod_autoscaler_downscale_stabilization,
                 tolerance: self.horizontal_pod_autoscaler_tolerance,
-                cpu_initialization_period: self
-                    .horizontal_pod_autoscaler_cpu_initialization_period,
+                cpu_initialization_period: self.horizontal_pod_autoscaler_cpu_initialization_period,
                 initial_readiness_delay: self.horizontal_pod_autoscaler_initial_readiness_delay,
             },
             node_ipam: controllers::nodeipam::Options {

@@ -98,15 +98,13 @@ subjects: [{apiGroup: rbac.authorization.k8s.io, kind: Group, name: team-c}]
     assert_eq!(code, 200, "{body}");
     let list: serde_json::Value = serde_json::from_str(&body).expect("a PodList");
     assert_eq!(list["kind"], "PodList");
-    // Authorized for stats: past the filter (rkube's kubelet has no /stats endpoint: 404).
-    assert_eq!(
-        kubelet_get(&port, "/stats/summary", Some("bob-token")).0,
-        404
-    );
-    assert_eq!(
-        kubelet_get(&port, "/stats/summary", Some("carol-token")).0,
-        404
-    );
+    // Authorized for stats: the node's Summary.
+    for token in ["bob-token", "carol-token"] {
+        let (code, body) = kubelet_get(&port, "/stats/summary", Some(token));
+        assert_eq!(code, 200, "{token}: {body}");
+        let summary: serde_json::Value = serde_json::from_str(&body).expect("a Summary");
+        assert!(summary["node"]["nodeName"].is_string(), "{body}");
+    }
     let (code, body) = kubelet_get(&port, "/pods", Some("carol-token"));
     assert_eq!(code, 403, "{body}");
     // `create` is another verb: bob's `get` does not allow exec by POST.

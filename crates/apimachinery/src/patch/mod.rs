@@ -126,10 +126,29 @@ pub fn apply_json_patch(doc: &Value, patch: &Value) -> Result<Value, PatchError>
                 }
             }
         }
+        if let json_patch::PatchOperation::Test(t) = op {
+            if t.value.is_null() && missing_member(&out, t.path.as_str()) {
+                continue;
+            }
+        }
         json_patch::patch_unsafe(&mut out, std::slice::from_ref(op))
             .map_err(|e| json_patch_error(&e, op))?;
     }
     Ok(out)
+}
+
+/// Is `path` a member its object does not have? Upstream's JSON patch (evanphx/json-patch)
+/// passes a `test` for `null` on such a member, and clients rely on it: kube-rs's finalizer helper
+/// tests `/metadata/finalizers` for `null` before adding the first finalizer. The parent must exist.
+fn missing_member(doc: &Value, path: &str) -> bool {
+    let Some((parent, key)) = path.rsplit_once('/') else {
+        return false;
+    };
+    let key = key.replace("~1", "/").replace("~0", "~");
+    match doc.pointer(parent) {
+        Some(Value::Object(m)) => !m.contains_key(&key),
+        _ => false,
+    }
 }
 
 /// evanphx/json-patch's wording for an operation that does not apply.

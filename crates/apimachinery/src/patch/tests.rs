@@ -701,3 +701,24 @@ fn smp_whole_object_directives() {
     let out = smp("apps", "Deployment", &d, json!({"$patch": "delete"}));
     assert_eq!(out, json!({}));
 }
+
+/// As upstream's JSON patch: `test` for `null` passes on a member the object does not have (what
+/// kube-rs's finalizer helper sends before adding the first finalizer), not on one whose parent is
+/// missing nor on a member that holds a value.
+#[test]
+fn json_patch_test_for_null_passes_on_a_missing_member() {
+    let doc = json!({"metadata": {"name": "a", "resourceVersion": "7"}});
+    let patch = json!([
+        {"op": "test", "path": "/metadata/finalizers", "value": null},
+        {"op": "test", "path": "/metadata/resourceVersion", "value": "7"},
+        {"op": "add", "path": "/metadata/finalizers", "value": ["x/y"]},
+    ]);
+    let out = apply_json_patch(&doc, &patch).unwrap();
+    assert_eq!(out["metadata"]["finalizers"], json!(["x/y"]));
+    for bad in [
+        json!([{"op": "test", "path": "/spec/finalizers", "value": null}]),
+        json!([{"op": "test", "path": "/metadata/name", "value": null}]),
+    ] {
+        assert!(apply_json_patch(&doc, &bad).is_err(), "{bad}");
+    }
+}

@@ -50,23 +50,7 @@ pub fn ensure(data_dir: &Path, hosts: &[String]) -> Result<Pki, PkiError> {
         message,
     };
     std::fs::create_dir_all(&dir).map_err(|e| err(format!("cannot create: {e}")))?;
-    let (ca_cert, ca_key) = load_or_make(&dir, "ca", |_| {
-        let key = KeyPair::generate()?;
-        let mut params = CertificateParams::new(Vec::<String>::new())?;
-        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        params
-            .distinguished_name
-            .push(DnType::CommonName, "rkube-ca");
-        params.key_usages = vec![
-            KeyUsagePurpose::KeyCertSign,
-            KeyUsagePurpose::CrlSign,
-            KeyUsagePurpose::DigitalSignature,
-        ];
-        params.not_after = rcgen::date_time_ymd(2036, 1, 1);
-        let cert = params.self_signed(&key)?;
-        Ok((cert.pem(), key.serialize_pem()))
-    })
-    .map_err(err)?;
+    let (ca_cert, ca_key) = load_or_make(&dir, "ca", |_| make_ca("rkube-ca")).map_err(err)?;
     let ca_key_pair = KeyPair::from_pem(&ca_key).map_err(|e| err(format!("ca.key: {e}")))?;
     let issuer =
         Issuer::from_ca_cert_pem(&ca_cert, ca_key_pair).map_err(|e| err(format!("ca.crt: {e}")))?;
@@ -208,6 +192,24 @@ pub fn issue_serving(
 }
 
 /// Reads `<name>.crt` and `<name>.key`, or makes and writes them.
+/// A new self-signed CA named `common_name`: (certificate PEM, key PEM).
+pub(crate) fn make_ca(common_name: &str) -> Result<(String, String), rcgen::Error> {
+    let key = KeyPair::generate()?;
+    let mut params = CertificateParams::new(Vec::<String>::new())?;
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params
+        .distinguished_name
+        .push(DnType::CommonName, common_name);
+    params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    params.not_after = rcgen::date_time_ymd(2036, 1, 1);
+    let cert = params.self_signed(&key)?;
+    Ok((cert.pem(), key.serialize_pem()))
+}
+
 pub(crate) fn load_or_make(
     dir: &Path,
     name: &str,

@@ -10,10 +10,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use rcgen::{
-    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose,
-};
+use rcgen::{CertificateParams, DnType, ExtendedKeyUsagePurpose, Issuer, KeyPair};
 use serde_json::{json, Value};
 
 use crate::ApiServer;
@@ -43,20 +40,7 @@ impl FrontProxy {
         std::fs::create_dir_all(&dir)
             .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
         let (ca_cert, ca_key) = crate::certs::load_or_make(&dir, "front-proxy-ca", |_| {
-            let key = KeyPair::generate()?;
-            let mut params = CertificateParams::new(Vec::<String>::new())?;
-            params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-            params
-                .distinguished_name
-                .push(DnType::CommonName, "front-proxy-ca");
-            params.key_usages = vec![
-                KeyUsagePurpose::KeyCertSign,
-                KeyUsagePurpose::CrlSign,
-                KeyUsagePurpose::DigitalSignature,
-            ];
-            params.not_after = rcgen::date_time_ymd(2036, 1, 1);
-            let cert = params.self_signed(&key)?;
-            Ok((cert.pem(), key.serialize_pem()))
+            crate::certs::make_ca("front-proxy-ca")
         })?;
         let ca_key = KeyPair::from_pem(&ca_key).map_err(|e| format!("front-proxy-ca.key: {e}"))?;
         let issuer = Issuer::from_ca_cert_pem(&ca_cert, ca_key)

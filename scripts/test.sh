@@ -29,6 +29,10 @@ if [ ${#packages[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${packages[@]}"
   $SUDO rm -f /usr/sbin/policy-rc.d
 fi
+# The operator tests run a kopf operator (from PyPI) against rkube.
+python3 -c 'import kopf' 2>/dev/null ||
+  PIP_ROOT_USER_ACTION=ignore python3 -m pip install --quiet 'kopf==1.45.2' ||
+  echo "test.sh: cannot install kopf; tests/operators.rs will say so"
 etcd --version | sed -n 1p  # sed reads it all: head could end first and SIGPIPE etcd (pipefail: 141)
 containerd --version
 # Images for the kubelet's tests, from Debian's packages (cached in target/images between runs).

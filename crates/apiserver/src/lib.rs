@@ -38,6 +38,7 @@ pub mod response;
 pub mod rest;
 pub mod selectable;
 pub mod server;
+pub mod service_resolver;
 pub mod serviceaccount;
 pub mod serving;
 pub mod shutdown;

@@ -14,9 +14,9 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use super::resolve;
 use super::Remote;
 use crate::objects;
+use crate::service_resolver as resolve;
 use crate::watch_cache::{self, EventType};
 use crate::ApiServer;
 

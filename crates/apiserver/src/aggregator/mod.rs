@@ -13,7 +13,6 @@ pub mod discovery;
 pub mod frontproxy;
 pub mod openapi;
 pub mod proxy;
-pub mod resolve;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};

@@ -17,10 +17,10 @@ use rustls::pki_types::ServerName;
 use tokio::net::TcpStream;
 
 use super::frontproxy::{GROUP_HEADER, UID_HEADER, USER_HEADER};
-use super::resolve::{self, Location};
 use super::Remote;
 use crate::authn::UserInfo;
 use crate::response::{self, Body};
+use crate::service_resolver::{self as resolve, Location};
 use crate::ApiServer;
 
 /// How long dialing (TCP and TLS) an extension server may take.

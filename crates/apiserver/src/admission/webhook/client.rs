@@ -273,9 +273,10 @@ pub async fn send(
                 port,
                 path,
             } => {
-                let to = super::service::resolve(api, namespace, name, *port)?;
+                let to = crate::service_resolver::resolve(api, namespace, name, *port)
+                    .map_err(|e| e.to_string())?;
                 (
-                    to.ip,
+                    to.host,
                     to.port,
                     format!("{name}.{namespace}.svc"),
                     path.clone(),

@@ -26,7 +26,6 @@ pub mod conditions;
 pub mod matching;
 pub mod mutating;
 pub mod review;
-pub mod service;
 pub mod source;
 pub mod validating;
 

@@ -1,12 +1,15 @@
-//! Where a Service's port is reached (upstream's `ResolveEndpoint` with EndpointSlices, the resolver
-//! of `--enable-aggregator-routing=true`): an ExternalName Service is its external name; another
-//! Service is a ready endpoint of its EndpointSlices on the port named like the Service's port.
+//! Where a Service's port is reached, for everything the API server itself calls through a Service
+//! reference: aggregated APIServices, admission webhooks and CRD conversion webhooks (upstream's
+//! `proxy.ResolveEndpoint`, the resolver of `--enable-aggregator-routing=true`, which kube-apiserver
+//! also hands its webhooks). An ExternalName Service is its external name; another Service is a ready
+//! endpoint of its EndpointSlices (without slices, its Endpoints) on the port named like the
+//! Service's port.
 //!
 //! rkube always routes to endpoints: its own process cannot count on reaching ClusterIPs (kube-proxy
 //! programs them inside the pods' network, not where the API server runs), so the ClusterIP resolver
 //! upstream uses by default would leave most extension servers unreachable.
 
-use rand::seq::IndexedRandom;
+use rand::Rng;
 use serde_json::Value;
 
 use crate::ApiServer;
@@ -102,22 +105,27 @@ fn is_ready(endpoint: &Value) -> bool {
         .unwrap_or(true)
 }
 
-/// The port of the slice named `port_name`.
-fn slice_port(slice: &Value, port_name: &str) -> Option<u16> {
-    slice
+/// The port named `port_name` in a slice's or an Endpoints subset's `ports` (0 is no port).
+fn named_port(ports_of: &Value, port_name: &str) -> Option<u16> {
+    ports_of
         .get("ports")
         .and_then(Value::as_array)?
         .iter()
         .find(|p| p.get("name").and_then(Value::as_str).unwrap_or("") == port_name)
         .and_then(|p| p.get("port").and_then(Value::as_i64))
         .and_then(|p| u16::try_from(p).ok())
+        .filter(|p| *p > 0)
 }
 
-/// Every ready (address, port) of the slices on the port named `port_name`.
+/// Every ready (address, port) of the slices on the port named `port_name`. FQDN slices hold no
+/// addresses to dial and are skipped.
 pub fn ready_addresses(slices: &[Value], port_name: &str) -> Vec<(String, u16)> {
     let mut out = Vec::new();
     for slice in slices {
-        let Some(port) = slice_port(slice, port_name) else {
+        if slice.get("addressType").and_then(Value::as_str) == Some("FQDN") {
+            continue;
+        }
+        let Some(port) = named_port(slice, port_name) else {
             continue;
         };
         for endpoint in slice
@@ -135,6 +143,33 @@ pub fn ready_addresses(slices: &[Value], port_name: &str) -> Vec<(String, u16)> 
     out
 }
 
+/// Every address of an Endpoints object's subsets on the port named `port_name` (the subsets'
+/// `addresses` are the ready ones).
+pub fn endpoints_addresses(endpoints: &Value, port_name: &str) -> Vec<(String, u16)> {
+    let mut out = Vec::new();
+    for subset in endpoints
+        .get("subsets")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let Some(port) = named_port(subset, port_name) else {
+            continue;
+        };
+        for address in subset
+            .get("addresses")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            if let Some(ip) = address.get("ip").and_then(Value::as_str) {
+                out.push((ip.to_string(), port));
+            }
+        }
+    }
+    out
+}
+
 /// Where to send a request for the Service `namespace/name` on its port `port`: one ready
 /// endpoint picked at random, as upstream spreads requests.
 pub fn resolve(
@@ -145,15 +180,27 @@ pub fn resolve(
 ) -> Result<Location, ResolveError> {
     let svc = service(api, namespace, name)
         .ok_or_else(|| ResolveError::ServiceNotFound(name.to_string()))?;
-    resolve_with(&svc, &endpoint_slices(api, namespace, name), name, port)
+    let slices = endpoint_slices(api, namespace, name);
+    // Endpoints only matter without slices: read them only then.
+    let endpoints = if slices.is_empty() {
+        cached(api, "endpoints", "", &format!("{namespace}/{name}"))
+    } else {
+        None
+    };
+    resolve_with(&svc, &slices, endpoints.as_ref(), name, port, &mut |n| {
+        rand::rng().random_range(0..n)
+    })
 }
 
-/// [`resolve`] on objects already read.
+/// [`resolve`] on objects already read; `random(n)` picks an index below `n` among the ready
+/// candidates.
 pub fn resolve_with(
     svc: &Value,
     slices: &[Value],
+    endpoints: Option<&Value>,
     name: &str,
     port: u16,
+    random: &mut dyn FnMut(usize) -> usize,
 ) -> Result<Location, ResolveError> {
     match service_type(svc) {
         "ClusterIP" | "NodePort" | "LoadBalancer" => {}
@@ -172,11 +219,17 @@ pub fn resolve_with(
     }
     let port_name =
         port_name(svc, port).ok_or_else(|| ResolveError::NoPort(port, name.to_string()))?;
-    let ready = ready_addresses(slices, &port_name);
-    let (host, port) = ready
-        .choose(&mut rand::rng())
-        .cloned()
-        .ok_or_else(|| ResolveError::NoEndpoints(name.to_string()))?;
+    let mut ready = ready_addresses(slices, &port_name);
+    if slices.is_empty() {
+        if let Some(endpoints) = endpoints {
+            ready = endpoints_addresses(endpoints, &port_name);
+        }
+    }
+    if ready.is_empty() {
+        return Err(ResolveError::NoEndpoints(name.to_string()));
+    }
+    let i = random(ready.len()).min(ready.len() - 1);
+    let (host, port) = ready.swap_remove(i);
     Ok(Location {
         host,
         port,
@@ -194,7 +247,20 @@ mod tests {
     }
 
     fn slice(port_name: &str, port: u16, endpoints: Value) -> Value {
-        json!({"ports": [{"name": port_name, "port": port}], "endpoints": endpoints})
+        json!({"addressType": "IPv4", "ports": [{"name": port_name, "port": port}], "endpoints": endpoints})
+    }
+
+    fn first(_: usize) -> usize {
+        0
+    }
+
+    fn at(
+        s: &Value,
+        slices: &[Value],
+        eps: Option<&Value>,
+        port: u16,
+    ) -> Result<Location, ResolveError> {
+        resolve_with(s, slices, eps, "api", port, &mut first)
     }
 
     #[test]
@@ -208,35 +274,72 @@ mod tests {
                 json!([
                     {"addresses": ["10.0.0.1"], "conditions": {"ready": false}},
                     {"addresses": ["10.0.0.2"], "conditions": {"ready": true}},
+                    {"addresses": ["10.0.0.3"]},
                 ]),
             ),
         ];
-        let at = resolve_with(&s, &slices, "api", 443).unwrap();
+        let got = at(&s, &slices, None, 443).unwrap();
         assert_eq!(
-            (at.host.as_str(), at.port, at.endpoint),
+            (got.host.as_str(), got.port, got.endpoint),
             ("10.0.0.2", 8443, true)
         );
+        // An unset `ready` is ready, as EndpointSlice defines it.
+        let got = resolve_with(&s, &slices, None, "api", 443, &mut |_| 1).unwrap();
+        assert_eq!(got.host, "10.0.0.3");
         assert_eq!(
-            resolve_with(&s, &slices, "api", 444),
+            at(&s, &slices, None, 444),
             Err(ResolveError::NoPort(444, "api".into()))
         );
         assert_eq!(
-            resolve_with(&s, &slices[..1], "api", 443),
+            at(&s, &slices[..1], None, 443),
             Err(ResolveError::NoEndpoints("api".into()))
         );
     }
 
     #[test]
-    fn unnamed_ports_and_external_names() {
+    fn unnamed_ports_fqdn_slices_and_external_names() {
         let s = svc(json!([{"port": 443}]));
-        let slices =
-            [json!({"ports": [{"port": 6443}], "endpoints": [{"addresses": ["10.1.1.1"]}]})];
-        assert_eq!(resolve_with(&s, &slices, "api", 443).unwrap().port, 6443);
+        let slices = [
+            json!({"addressType": "FQDN", "ports": [{"port": 1}], "endpoints": [{"addresses": ["a.example"]}]}),
+            json!({"ports": [{"port": 6443}], "endpoints": [{"addresses": ["10.1.1.1"]}]}),
+        ];
+        let got = at(&s, &slices, None, 443).unwrap();
+        assert_eq!((got.host.as_str(), got.port), ("10.1.1.1", 6443));
         let external = json!({"spec": {"type": "ExternalName", "externalName": "api.example.com"}});
-        let at = resolve_with(&external, &[], "api", 8443).unwrap();
+        let got = at(&external, &[], None, 8443).unwrap();
         assert_eq!(
-            (at.host.as_str(), at.port, at.endpoint),
+            (got.host.as_str(), got.port, got.endpoint),
             ("api.example.com", 8443, false)
+        );
+    }
+
+    #[test]
+    fn endpoints_are_used_without_slices() {
+        let s = json!({"spec": {"type": "NodePort", "ports": [{"name": "https", "port": 443}]}});
+        let eps = json!({"subsets": [{"addresses": [{"ip": "10.1.0.1"}],
+                                       "ports": [{"name": "https", "port": 9443}]}]});
+        let got = at(&s, &[], Some(&eps), 443).unwrap();
+        assert_eq!((got.host.as_str(), got.port), ("10.1.0.1", 9443));
+        // Slices, when there are any, win over Endpoints.
+        let slices = [slice("https", 8443, json!([{"addresses": ["10.0.0.5"]}]))];
+        assert_eq!(at(&s, &slices, Some(&eps), 443).unwrap().host, "10.0.0.5");
+    }
+
+    #[test]
+    fn upstreams_messages() {
+        let s = json!({"spec": {"type": "Weird", "ports": [{"port": 443}]}});
+        assert_eq!(
+            at(&s, &[], None, 443).unwrap_err().to_string(),
+            "unsupported service type \"Weird\""
+        );
+        let s = svc(json!([{"name": "https", "port": 443}]));
+        assert_eq!(
+            at(&s, &[], None, 80).unwrap_err().to_string(),
+            "no service port 80 found for service \"api\""
+        );
+        assert_eq!(
+            at(&s, &[], None, 443).unwrap_err().to_string(),
+            "no endpoints available for service \"api\""
         );
     }
 }

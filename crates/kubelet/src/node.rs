@@ -135,6 +135,34 @@ fn status_body(config: &KubeletConfig, m: &MachineInfo, runtime_version: &str) -
     })
 }
 
+/// `status.features` and `status.runtimeHandlers` from the runtime's answer (upstream's `NodeFeatures`
+/// and `RuntimeHandlers` setters). A runtime that reports no features supports none of them:
+/// containerd 1.6 answers without, so its nodes say `supplementalGroupsPolicy: false`, which is what
+/// tells users (and the kubelet's admission) that `Strict` cannot be enforced there.
+fn runtime_features(body: &mut Value, response: &crate::cri::api::StatusResponse) {
+    let features = response.features.as_ref();
+    body["features"] = json!({
+        "supplementalGroupsPolicy": features.is_some_and(|f| f.supplemental_groups_policy),
+    });
+    let handlers: Vec<Value> = response
+        .runtime_handlers
+        .iter()
+        .map(|h| {
+            let f = h.features.as_ref();
+            json!({
+                "name": h.name,
+                "features": {
+                    "recursiveReadOnlyMounts": f.is_some_and(|f| f.recursive_read_only_mounts),
+                    "userNamespaces": f.is_some_and(|f| f.user_namespaces),
+                },
+            })
+        })
+        .collect();
+    if !handlers.is_empty() {
+        body["runtimeHandlers"] = Value::Array(handlers);
+    }
+}
+
 fn labels(config: &KubeletConfig) -> Value {
     let arch = std::env::consts::ARCH
         .replace("x86_64", "amd64")
@@ -188,9 +216,13 @@ impl NodeStatusManager {
     }
 
     async fn current_status(&self, previous: &[Value]) -> Value {
-        let status = self.runtime.status().await.ok();
-        let reason = not_ready_reason(status.as_ref());
+        let response = self.runtime.status_response().await.ok();
+        let status = response.as_ref().and_then(|r| r.status.as_ref());
+        let reason = not_ready_reason(status);
         let mut body = status_body(&self.config, &self.machine, &self.runtime_version);
+        if let Some(response) = &response {
+            runtime_features(&mut body, response);
+        }
         body["conditions"] = conditions(reason.as_deref(), previous, &now_rfc3339());
         body
     }
@@ -499,6 +531,40 @@ pub async fn run_cni_config(
 mod tests {
     use super::*;
     use crate::cri::api::{RuntimeCondition, RuntimeStatus};
+
+    #[test]
+    fn features_from_the_runtime() {
+        use crate::cri::api::{
+            RuntimeFeatures, RuntimeHandler, RuntimeHandlerFeatures, StatusResponse,
+        };
+        // containerd 1.6: no features, no handlers.
+        let mut body = json!({});
+        runtime_features(&mut body, &StatusResponse::default());
+        assert_eq!(
+            body,
+            json!({"features": {"supplementalGroupsPolicy": false}})
+        );
+        let newer = StatusResponse {
+            features: Some(RuntimeFeatures {
+                supplemental_groups_policy: true,
+            }),
+            runtime_handlers: vec![RuntimeHandler {
+                name: "runc".into(),
+                features: Some(RuntimeHandlerFeatures {
+                    recursive_read_only_mounts: true,
+                    user_namespaces: false,
+                }),
+            }],
+            ..Default::default()
+        };
+        let mut body = json!({});
+        runtime_features(&mut body, &newer);
+        assert_eq!(body["features"]["supplementalGroupsPolicy"], true);
+        assert_eq!(
+            body["runtimeHandlers"],
+            json!([{"name": "runc", "features": {"recursiveReadOnlyMounts": true, "userNamespaces": false}}])
+        );
+    }
 
     #[test]
     fn readiness_from_runtime_conditions() {

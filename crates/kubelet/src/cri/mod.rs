@@ -141,16 +141,24 @@ impl Runtime {
 
     /// The runtime's conditions (RuntimeReady, NetworkReady).
     pub async fn status(&self) -> Result<api::RuntimeStatus, CriError> {
+        self.status_response()
+            .await?
+            .status
+            .ok_or(CriError::Incomplete {
+                call: "Status",
+                what: "status",
+            })
+    }
+
+    /// The whole `Status` answer: conditions, runtime handlers and the runtime's features.
+    pub async fn status_response(&self) -> Result<api::StatusResponse, CriError> {
         let resp = self
             .runtime
             .clone()
             .status(api::StatusRequest { verbose: false })
             .await
             .map_err(call("Status"))?;
-        resp.into_inner().status.ok_or(CriError::Incomplete {
-            call: "Status",
-            what: "status",
-        })
+        Ok(resp.into_inner())
     }
 
     /// Every pod sandbox the runtime knows, optionally filtered.

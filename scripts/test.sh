@@ -19,6 +19,8 @@ command -v python3 >/dev/null 2>&1 || packages+=(python3)
 command -v nft >/dev/null 2>&1 || packages+=(nftables)
 command -v iptables-restore >/dev/null 2>&1 || packages+=(iptables)
 command -v conntrack >/dev/null 2>&1 || packages+=(conntrack)
+# `rkube bench density` draws its plot's text with DejaVu Sans (its unit test draws one).
+[ -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || packages+=(fonts-dejavu-core)
 if [ ${#packages[@]} -gt 0 ]; then
   echo "test.sh: installing ${packages[*]}"
   SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"

@@ -1,6 +1,7 @@
 //! `rkube bench <scenario>`: benchmarks whose results are recorded in docs/benchmarks.md.
 
 mod api_bench;
+mod density;
 mod schedule_bench;
 mod storage_bench;
 
@@ -20,6 +21,9 @@ enum Scenario {
     Api(api_bench::ApiBenchArgs),
     /// Pods from creation to Running on simulated nodes with the scheduler (in-process by default).
     Schedule(schedule_bench::ScheduleBenchArgs),
+    /// Upstream's scalability test shape on simulated nodes: Deployments at a pod rate, churn,
+    /// upstream's SLIs against its SLOs, the server's RSS and CPU; a table, a CSV and a plot.
+    Density(density::DensityBenchArgs),
 }
 
 pub async fn run(args: BenchArgs) -> Result<(), String> {
@@ -27,6 +31,7 @@ pub async fn run(args: BenchArgs) -> Result<(), String> {
         Scenario::Storage(args) => storage_bench::run(args).await,
         Scenario::Api(args) => api_bench::run(args).await,
         Scenario::Schedule(args) => schedule_bench::run(args).await,
+        Scenario::Density(args) => density::run(args).await,
     }
 }
 

@@ -7,6 +7,7 @@
 //! - [`leaderelection`]: leader election on a `coordination.k8s.io/v1` Lease.
 //! - [`events`]: the event recorder and broadcaster.
 //! - [`kubeconfig`]: clients from a kubeconfig file.
+//! - [`loadbalancer`]: a client-side TCP balancer over several API servers (k3s's agent balancer).
 //! - [`controller`]: the pattern every controller in the project follows.
 
 pub mod controller;
@@ -14,4 +15,5 @@ pub mod events;
 pub mod informer;
 pub mod kubeconfig;
 pub mod leaderelection;
+pub mod loadbalancer;
 pub mod workqueue;

@@ -12,6 +12,8 @@ pub struct ControllerManagerArgs {
     #[arg(long)]
     kubeconfig: Option<std::path::PathBuf>,
     #[command(flatten)]
+    servers: crate::agent_lb::ServerFlags,
+    #[command(flatten)]
     controllers: ControllerFlags,
     #[command(flatten)]
     leader_election: LeaderElectionFlags,
@@ -22,7 +24,7 @@ pub async fn run(args: ControllerManagerArgs) -> Result<(), String> {
     let options = args
         .controllers
         .options(false, args.kubeconfig.as_deref())?;
-    let client = crate::cluster_client(args.kubeconfig.as_deref()).await?;
+    let client = crate::agent_lb::cluster_client(args.kubeconfig.as_deref(), &args.servers).await?;
     let elected = client.clone();
     crate::leader::run_elected(
         elected,

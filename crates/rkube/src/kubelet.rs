@@ -74,6 +74,8 @@ pub struct KubeletArgs {
     /// (`--standalone`), only static pods run.
     #[arg(long)]
     kubeconfig: Option<PathBuf>,
+    #[command(flatten)]
+    servers: crate::agent_lb::ServerFlags,
     /// Run without an API server: only static pods (file and URL sources).
     #[arg(long)]
     standalone: bool,
@@ -249,7 +251,7 @@ async fn client_with_certificates(
             .ok_or("--bootstrap-kubeconfig needs --kubeconfig: the path to write")?;
         bootstrap::load_or_request(kubeconfig, bootstrap_kubeconfig, &cert_dir, &node_name).await?;
     }
-    let client = crate::cluster_client(args.kubeconfig.as_deref()).await?;
+    let client = crate::agent_lb::cluster_client(args.kubeconfig.as_deref(), &args.servers).await?;
     if !args.rotate_certificates {
         return Ok(client);
     }

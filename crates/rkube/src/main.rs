@@ -1,5 +1,6 @@
 //! `rkube`: Kubernetes, rebuilt in Rust. One binary whose subcommands are the Kubernetes components.
 
+mod agent_lb;
 mod apiserver;
 mod bench;
 mod cluster_info;
@@ -75,6 +76,8 @@ struct SchedulerArgs {
     /// Kubeconfig of the cluster (default: $KUBECONFIG, then ~/.kube/config).
     #[arg(long)]
     kubeconfig: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    servers: agent_lb::ServerFlags,
     /// A KubeSchedulerConfiguration (kubescheduler.config.k8s.io/v1) file: profiles, plugins,
     /// pluginConfig, percentageOfNodesToScore, parallelism, leaderElection.
     #[arg(long)]
@@ -104,7 +107,7 @@ async fn run_scheduler(args: SchedulerArgs) -> Result<(), String> {
         .filter(|k| !k.is_empty())
         .map(std::path::PathBuf::from);
     let kubeconfig = file_kubeconfig.or(args.kubeconfig);
-    let client = cluster_client(kubeconfig.as_deref()).await?;
+    let client = agent_lb::cluster_client(kubeconfig.as_deref(), &args.servers).await?;
     let mut election = args.leader_election.clone();
     if let Some(le) = &config.configuration.leader_election {
         leader::apply_configuration(&mut election, le)?;

@@ -12,6 +12,8 @@ pub struct ProxyArgs {
     /// Kubeconfig of the cluster (default: $KUBECONFIG, then ~/.kube/config).
     #[arg(long)]
     kubeconfig: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    servers: crate::agent_lb::ServerFlags,
     /// nftables (default) or iptables. IPVS is deprecated upstream and not built.
     #[arg(long, default_value = "nftables")]
     proxy_mode: ::proxy::Mode,
@@ -101,7 +103,7 @@ pub async fn run(args: ProxyArgs) -> Result<(), String> {
         p.cleanup().map_err(|e| e.to_string())?;
         return ::proxy::networkpolicy::agent::cleanup(&exec).map_err(|e| e.to_string());
     }
-    let client = crate::cluster_client(args.kubeconfig.as_deref()).await?;
+    let client = crate::agent_lb::cluster_client(args.kubeconfig.as_deref(), &args.servers).await?;
     if args.enable_network_policy {
         let opts = network_policy_options(
             hostname.clone(),

@@ -76,11 +76,13 @@ pub struct SimArgs {
     #[arg(long)]
     kubeconfig: Option<PathBuf>,
     #[command(flatten)]
+    servers: crate::agent_lb::ServerFlags,
+    #[command(flatten)]
     flags: SimFlags,
 }
 
 pub async fn run(args: SimArgs) -> Result<(), String> {
-    let client = crate::cluster_client(args.kubeconfig.as_deref()).await?;
+    let client = crate::agent_lb::cluster_client(args.kubeconfig.as_deref(), &args.servers).await?;
     let started = std::time::Instant::now();
     let _sim = sim::Simulator::start(client, args.flags.config(args.nodes)).await?;
     eprintln!(

@@ -142,7 +142,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let full = p.sync()?;
         let full_wall = t.elapsed();
         let mut partial = Vec::new();
-        for round in 0..5 {
+        // RKP_ROUNDS: more one-endpoint changes (for profiling them); the median is over all.
+        let rounds: usize = std::env::var("RKP_ROUNDS")
+            .ok()
+            .and_then(|r| r.parse().ok())
+            .unwrap_or(5);
+        for round in 0..rounds {
             // Service 0 loses its last endpoint, then gets it back.
             let mut list = ips(0, per);
             if round % 2 == 0 {
@@ -217,6 +222,7 @@ fn breakdown(ns: &NetNs, services: usize, per: usize) -> Result<(), Box<dyn std:
         &no_chains,
     )
     .state;
+    full_breakdown(&cfg, &svcs, &eps)?;
     let mut sock = proxy::nftables::netlink::Socket::open(Some(ns.name()))?;
     let (mut gen, mut kernel) = (Vec::new(), Vec::new());
     for round in 0..5 {
@@ -241,6 +247,46 @@ fn breakdown(ns: &NetNs, services: usize, per: usize) -> Result<(), Box<dyn std:
         "Nftables: one-endpoint change, medians: generation {:.2} ms, netlink transaction {:.1} ms",
         gen[2].as_secs_f64() * 1000.0,
         kernel[2].as_secs_f64() * 1000.0
+    );
+    Ok(())
+}
+
+/// Where a full sync into an empty namespace spends its time: generation, building the netlink
+/// batch, `nft -f` of the fixed part of the table, the kernel's transaction.
+fn full_breakdown(
+    cfg: &Config,
+    svcs: &proxy::servicechangetracker::ServicePortMap,
+    eps: &proxy::endpointschangetracker::EndpointsMap,
+) -> Result<(), Box<dyn std::error::Error>> {
+    let ns = NetNs::create("rkp-bench-full")?;
+    let none = std::collections::HashSet::new();
+    let t = Instant::now();
+    let mut state = proxy::nftables::rules::TableState::default();
+    let no_chains = std::collections::HashSet::new();
+    let d = proxy::nftables::rules::update(cfg, svcs, eps, true, &none, &mut state, &no_chains);
+    let gen = t.elapsed();
+    let mut sock = proxy::nftables::netlink::Socket::open(Some(ns.name()))?;
+    let t = Instant::now();
+    let batch = proxy::nftables::netlink::prepare(&sock, &d.changes)?;
+    let encode = t.elapsed();
+    let t = Instant::now();
+    let setup = proxy::nftables::rules::Changes {
+        full: true,
+        ..Default::default()
+    };
+    Exec::in_netns(ns.name()).run("nft", &["-f", "-"], Some(&setup.script(cfg)))?;
+    let fixed = t.elapsed();
+    let t = Instant::now();
+    if let Some(b) = batch {
+        sock.transact(&b)?;
+    }
+    let kernel = t.elapsed();
+    println!(
+        "Nftables: full sync: generation {:.0} ms, batch {:.0} ms, fixed part {:.0} ms, kernel {:.0} ms",
+        gen.as_secs_f64() * 1000.0,
+        encode.as_secs_f64() * 1000.0,
+        fixed.as_secs_f64() * 1000.0,
+        kernel.as_secs_f64() * 1000.0
     );
     Ok(())
 }

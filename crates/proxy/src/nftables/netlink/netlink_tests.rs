@@ -306,3 +306,30 @@ fn full_syncs_over_netlink_match_nft() {
     apply(&mut sock, &second.changes).unwrap();
     assert_eq!(listing(&a), listing(&b));
 }
+
+/// The table's use count is what a full sync uses to skip listing its chains: fixed objects plus
+/// the Services' chains and affinity sets; a chain someone else adds changes it.
+#[test]
+fn table_use_counts_chains_and_sets() {
+    let Some(ns) = namespace() else {
+        return;
+    };
+    let cfg = config();
+    let mut f = Fixture::new();
+    f.service(svc("ns", "web", "10.96.0.50", &[("http", 80, "TCP")]))
+        .slice(three("ns", "web"));
+    f.service(sticky("aff", "10.96.0.53"))
+        .slice(three("ns", "aff"));
+    f.apply();
+    let mut sock = Socket::open(Some(ns.name())).unwrap();
+    assert_eq!(table_use(&mut sock).unwrap(), None);
+    let plan = full(&f, &cfg);
+    nft(&ns, &plan.script);
+    let expected = crate::nftables::rules::fixed_objects(&cfg)
+        + plan.state.chains.len()
+        + plan.state.affinity_sets.len();
+    assert!(!plan.state.affinity_sets.is_empty());
+    assert_eq!(table_use(&mut sock).unwrap(), Some(expected as u32));
+    nft(&ns, "add chain ip kube-proxy someone/else\n");
+    assert_eq!(table_use(&mut sock).unwrap(), Some(expected as u32 + 1));
+}

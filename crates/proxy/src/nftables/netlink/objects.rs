@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::net::Ipv4Addr;
 
 use super::expr::{self, Expr, Unsupported, Verdict};
-use super::message::{msg, Attrs, Batch, NLM_F_APPEND, NLM_F_CREATE};
+use super::message::{msg, Attrs, Batch, What, NLM_F_APPEND, NLM_F_CREATE};
 use crate::nftables::rules::TABLE;
 
 // NFTA_CHAIN_*, NFTA_RULE_*, NFTA_SET_*, NFTA_SET_ELEM_LIST_*, NFTA_SET_ELEM_*.
@@ -46,11 +46,11 @@ fn table(a: &mut Attrs<'_>, ty: u16) {
 }
 
 /// `add chain`: creates the chain, or leaves an existing one as it is.
-pub fn add_chain(b: &mut Batch, chain: &str) {
+pub fn add_chain<'a>(b: &mut Batch<'a>, chain: &'a str) {
     b.msg(
         msg::NEWCHAIN,
         NLM_F_CREATE,
-        format!("add chain {chain}"),
+        What::new("add chain", chain),
         |a| {
             table(a, CHAIN_TABLE);
             a.str(CHAIN_NAME, chain);
@@ -59,32 +59,36 @@ pub fn add_chain(b: &mut Batch, chain: &str) {
 }
 
 /// `flush chain`: a rule deletion naming only the chain.
-pub fn flush_chain(b: &mut Batch, chain: &str) {
-    b.msg(msg::DELRULE, 0, format!("flush chain {chain}"), |a| {
+pub fn flush_chain<'a>(b: &mut Batch<'a>, chain: &'a str) {
+    b.msg(msg::DELRULE, 0, What::new("flush chain", chain), |a| {
         table(a, RULE_TABLE);
         a.str(RULE_CHAIN, chain);
     });
 }
 
-pub fn delete_chain(b: &mut Batch, chain: &str) {
-    b.msg(msg::DELCHAIN, 0, format!("delete chain {chain}"), |a| {
+pub fn delete_chain<'a>(b: &mut Batch<'a>, chain: &'a str) {
+    b.msg(msg::DELCHAIN, 0, What::new("delete chain", chain), |a| {
         table(a, CHAIN_TABLE);
         a.str(CHAIN_NAME, chain);
     });
 }
 
 /// `add rule` (appended to the chain).
-pub fn add_rule(
-    b: &mut Batch,
-    chain: &str,
-    rule: &str,
+pub fn add_rule<'a>(
+    b: &mut Batch<'a>,
+    chain: &'a str,
+    rule: &'a str,
     exprs: &[Expr],
     set_ids: &HashMap<String, u32>,
 ) {
     b.msg(
         msg::NEWRULE,
         NLM_F_CREATE | NLM_F_APPEND,
-        format!("add rule {chain} {rule}"),
+        What {
+            verb: "add rule",
+            object: chain,
+            detail: rule,
+        },
         |a| {
             table(a, RULE_TABLE);
             a.str(RULE_CHAIN, chain);
@@ -95,8 +99,8 @@ pub fn add_rule(
 
 /// `add set NAME { type ipv4_addr ; flags dynamic,timeout ; timeout Ns ; }`; `id` lets rules of
 /// the same batch refer to it.
-pub fn add_affinity_set(b: &mut Batch, name: &str, timeout_secs: u32, id: u32) {
-    b.msg(msg::NEWSET, NLM_F_CREATE, format!("add set {name}"), |a| {
+pub fn add_affinity_set<'a>(b: &mut Batch<'a>, name: &'a str, timeout_secs: u32, id: u32) {
+    b.msg(msg::NEWSET, NLM_F_CREATE, What::new("add set", name), |a| {
         table(a, SET_TABLE);
         a.str(SET_NAME, name);
         a.u32(SET_FLAGS, NFT_SET_TIMEOUT | NFT_SET_EVAL);
@@ -112,16 +116,16 @@ pub fn add_affinity_set(b: &mut Batch, name: &str, timeout_secs: u32, id: u32) {
     });
 }
 
-pub fn delete_set(b: &mut Batch, name: &str) {
-    b.msg(msg::DELSET, 0, format!("delete set {name}"), |a| {
+pub fn delete_set<'a>(b: &mut Batch<'a>, name: &'a str) {
+    b.msg(msg::DELSET, 0, What::new("delete set", name), |a| {
         table(a, SET_TABLE);
         a.str(SET_NAME, name);
     });
 }
 
 /// `flush map`: an element deletion without elements.
-pub fn flush_map(b: &mut Batch, map: &str) {
-    b.msg(msg::DELSETELEM, 0, format!("flush map {map}"), |a| {
+pub fn flush_map<'a>(b: &mut Batch<'a>, map: &'a str) {
+    b.msg(msg::DELSETELEM, 0, What::new("flush map", map), |a| {
         table(a, ELEM_LIST_TABLE);
         a.str(ELEM_LIST_SET, map);
     });
@@ -155,9 +159,9 @@ pub fn map_key(key: &str) -> Result<Vec<u8>, Unsupported> {
 }
 
 /// `add element` to a verdict map.
-pub fn add_map_elements(b: &mut Batch, map: &str, elements: &[(Vec<u8>, Verdict)]) {
+pub fn add_map_elements<'a>(b: &mut Batch<'a>, map: &'a str, elements: &[(Vec<u8>, Verdict)]) {
     for chunk in elements.chunks(ELEMENTS_PER_MESSAGE) {
-        let what = format!("add {} elements to {map}", chunk.len());
+        let what = What::new("add elements to", map);
         b.msg(msg::NEWSETELEM, NLM_F_CREATE, what, |a| {
             elements_attrs(a, map, chunk.iter().map(|(k, v)| (k, Some(v))));
         });
@@ -165,9 +169,9 @@ pub fn add_map_elements(b: &mut Batch, map: &str, elements: &[(Vec<u8>, Verdict)
 }
 
 /// `delete element` from a verdict map.
-pub fn delete_map_elements(b: &mut Batch, map: &str, keys: &[Vec<u8>]) {
+pub fn delete_map_elements<'a>(b: &mut Batch<'a>, map: &'a str, keys: &[Vec<u8>]) {
     for chunk in keys.chunks(ELEMENTS_PER_MESSAGE) {
-        let what = format!("delete {} elements of {map}", chunk.len());
+        let what = What::new("delete elements of", map);
         b.msg(msg::DELSETELEM, 0, what, |a| {
             elements_attrs(a, map, chunk.iter().map(|k| (k, None)));
         });

@@ -74,7 +74,7 @@ impl Socket {
 
     /// Sends one batch and returns the kernel's first error, if any (the batch then changed
     /// nothing).
-    pub fn transact(&mut self, batch: &Sent) -> Result<(), NetlinkError> {
+    pub fn transact(&mut self, batch: &Sent<'_>) -> Result<(), NetlinkError> {
         self.seq = batch.first_seq.wrapping_add(batch.what.len() as u32 + 1);
         // Replies of an earlier batch that failed half-read are of no interest.
         self.drain(batch, false)?;
@@ -152,7 +152,7 @@ impl Socket {
     }
 
     /// Reads queued replies without blocking; with `report`, the first error of `batch`.
-    fn drain(&self, batch: &Sent, report: bool) -> Result<(), NetlinkError> {
+    fn drain(&self, batch: &Sent<'_>, report: bool) -> Result<(), NetlinkError> {
         let mut buf = vec![0u8; 64 * 1024];
         let mut first: Option<NetlinkError> = None;
         loop {
@@ -182,7 +182,7 @@ impl Socket {
                     let errno = i32::from_ne_bytes([h[16], h[17], h[18], h[19]]);
                     if errno != 0 && first.is_none() {
                         first = Some(NetlinkError::Rejected {
-                            what: batch.describe(seq).to_string(),
+                            what: batch.describe(seq),
                             source: io::Error::from_raw_os_error(-errno),
                         });
                     }

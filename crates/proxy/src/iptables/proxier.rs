@@ -85,6 +85,9 @@ impl Backend for IptBackend {
             self.state.clone()
         };
         let plan = rules::generate(cfg, services, endpoints, full, updated, &prev, &existing);
+        for chunk in &plan.chunks {
+            exec.run("iptables-restore", &["-w", "5", "--noflush"], Some(chunk))?;
+        }
         exec.run(
             "iptables-restore",
             &["-w", "5", "--noflush"],

@@ -176,3 +176,62 @@ fn large_clusters_drop_comments() {
     f.apply();
     assert!(!full(&f).script.contains("--comment \"ns/s1:http"));
 }
+
+/// A large full sync is split into restores of whole Services; together with the final script
+/// they hold the lines of the single restore, and the final script declares no Service chain.
+#[test]
+fn large_full_syncs_are_written_in_chunks() {
+    let mut f = Fixture::new();
+    for i in 0..5 {
+        let name = format!("s{i}");
+        f.service(svc(
+            "ns",
+            &name,
+            &format!("10.96.0.{}", 10 + i),
+            &[("http", 80, "TCP")],
+        ))
+        .slice(three("ns", &name));
+    }
+    f.apply();
+    let (none, no_chains) = (HashSet::new(), HashSet::new());
+    let gen = |chunk| {
+        generate_chunked(
+            &config(),
+            &f.services,
+            &f.endpoints,
+            true,
+            &none,
+            &TableState::default(),
+            &no_chains,
+            chunk,
+        )
+    };
+    let whole = gen(CHUNK_CHAINS);
+    assert!(whole.chunks.is_empty());
+    // Four chains per Service (three endpoints): chunks of two Services, the last of one.
+    let split = gen(5);
+    assert_eq!(split.chunks.len(), 3);
+    let mut lines: Vec<&str> = Vec::new();
+    // The first also writes KUBE-MARK-MASQ, which the Services' rules jump to.
+    let masq = ":KUBE-MARK-MASQ - [0:0]\n-A KUBE-MARK-MASQ -j MARK --or-mark 0x4000\n";
+    assert!(split.chunks[0].starts_with(&format!("*nat\n{masq}")));
+    for (i, c) in split.chunks.iter().enumerate() {
+        assert!(c.starts_with("*nat\n") && c.ends_with("COMMIT\n"), "{c}");
+        let c = if i == 0 { &c[5 + masq.len()..] } else { &c[..] };
+        lines.extend(c.lines().filter(|l| *l != "*nat" && *l != "COMMIT"));
+    }
+    assert!(!split.script.contains(":KUBE-SVC-") && !split.script.contains(":KUBE-SEP-"));
+    assert!(!split.script.contains("-A KUBE-SEP-"));
+    lines.extend(split.script.lines());
+    let mut want: Vec<&str> = whole.script.lines().collect();
+    lines.sort();
+    want.sort();
+    assert_eq!(lines, want);
+    // Each chunk declares the chains its rules fill.
+    for c in &split.chunks {
+        for l in c.lines().filter_map(|l| l.strip_prefix("-A ")) {
+            let chain = l.split_whitespace().next().unwrap();
+            assert!(c.contains(&format!(":{chain} - [0:0]")), "{chain} in\n{c}");
+        }
+    }
+}

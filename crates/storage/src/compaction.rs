@@ -1,6 +1,9 @@
 //! Automatic compaction, for either backend (upstream's apiserver `compactor` in
 //! `storage/etcd3/compact.go`): every `interval`, compact to the revision seen at the previous tick, so
 //! at least one interval of history (default 5 minutes) is always kept for watches to resume from.
+//! Each tick is one [`Store::compact_round`]: on etcd the servers sharing the cluster take turns
+//! through upstream's `compact_rev_key` record, so one compaction happens per interval however many
+//! servers run; SQLite compacts locally.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -28,30 +31,24 @@ pub fn spawn_auto_compaction_with(
     tokio::spawn(async move {
         let mut ticker = tokio::time::interval(interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        ticker.tick().await;
-        let mut previous = match store.current_revision().await {
-            Ok(rev) => rev,
-            Err(_) => return,
-        };
+        let mut state = crate::CompactionState::default();
         loop {
+            // The first tick is at once: it records the revision the second one compacts to.
             ticker.tick().await;
-            let now = match store.current_revision().await {
-                Ok(rev) => rev,
+            match store.compact_round(state).await {
+                Ok(round) => {
+                    if let Some(revision) = round.compacted {
+                        tracing::debug!(revision, "compacted");
+                        on_compacted(revision);
+                    }
+                    state = round.next;
+                }
                 Err(crate::Error::Closed) => return,
+                // The state stays: on etcd the next round sees the record moved and catches up.
                 Err(e) => {
-                    tracing::warn!(error = %e, "compaction: cannot read revision");
-                    continue;
+                    tracing::warn!(error = %e, revision = state.revision, "compaction failed")
                 }
-            };
-            match store.compact(previous).await {
-                Ok(()) => {
-                    tracing::debug!(revision = previous, "compacted");
-                    on_compacted(previous);
-                }
-                Err(crate::Error::Closed) => return,
-                Err(e) => tracing::warn!(error = %e, revision = previous, "compaction failed"),
             }
-            previous = now;
         }
     })
 }

@@ -15,10 +15,17 @@
 //!   to the first page's revision with `at_revision`, which is what upstream's token encodes.
 //! - Watch follows the Kubernetes storage contract: events strictly after `from_revision`, with the
 //!   previous value filled for updates and deletes; a compacted start revision is an error item, not a
-//!   silently cancelled etcd watcher. There is no progress-notify or bookmark support here; the watch
-//!   cache above provides bookmarks.
+//!   silently cancelled etcd watcher. Bookmarks are the watch cache's.
+//! - Progress notifications: [`Store::watch_progress`] gives a requester whose requests become etcd
+//!   `WatchProgressRequest`s on that watch's own gRPC stream, and etcd's answers become
+//!   [`WatchItem::Progress`] items; the watch cache asks only while a consistent read waits for it
+//!   (upstream's cacher `progress` requester). Only when every member runs 3.4.31+/3.5.13+ (checked
+//!   at connect, as upstream's feature-support checker): older members may answer ahead of events
+//!   still in flight, so there the requester is `None` and the cache does without.
 //! - Compaction is explicit ([`Store::compact`]), scheduled by [`crate::compaction`] for either backend;
-//!   upstream's store starts its own compactor (`etcd3/compact.go`).
+//!   upstream's store starts its own compactor. The rounds ([`Store::compact_round`]) are upstream's
+//!   `etcd3/compact.go`: a transaction on [`COMPACT_REV_KEY`] lets one server per interval compact,
+//!   the others see the record's version moved and skip.
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -30,12 +37,14 @@ use bytes::Bytes;
 use etcd_client::{
     Client, CompactionOptions, Compare, CompareOp, ConnectOptions, DeleteOptions, EventType,
     GetOptions, KvClient, PutOptions, Txn, TxnOp, TxnOpResponse, TxnResponse, WatchClient,
-    WatchOptions, WatchResponse,
+    WatchOptions, WatchRequestSender, WatchResponse,
 };
+use futures::StreamExt;
 
 use crate::{
-    prefix_range_end, Deleted, Error, Event, EventKind, KeyValue, ListOptions, ListResult, Result,
-    Revision, Store, WatchStream,
+    prefix_range_end, CompactionRound, CompactionState, Deleted, Error, Event, EventKind, KeyValue,
+    ListOptions, ListResult, ProgressRequester, ProgressWatch, Result, Revision, Store, WatchItem,
+    WatchStream,
 };
 
 /// The default key prefix, as upstream's `--etcd-prefix`.
@@ -55,6 +64,14 @@ const COMPACTED_PROBE_TIMEOUT: Duration = Duration::from_secs(3);
 /// replays (etcd batches up to 1000 revisions per response); upstream's apiserver allows `MaxInt32`.
 const MAX_RESPONSE_BYTES: usize = i32::MAX as usize;
 
+/// The key the servers sharing an etcd cluster coordinate compaction through: upstream's
+/// `compactRevKey`, outside any `--etcd-prefix`, so rkube and kube-apiservers on one cluster take turns
+/// with each other too. Its version counts the rounds; its value is the revision last compacted to.
+pub const COMPACT_REV_KEY: &str = "compact_rev_key";
+
+/// How long the version check of each endpoint may take at connect.
+const VERSION_PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// A [`Store`] on an etcd v3 cluster.
 #[derive(Clone)]
 pub struct EtcdStore {
@@ -63,6 +80,9 @@ pub struct EtcdStore {
     kv: KvClient,
     watch: WatchClient,
     prefix: Arc<str>,
+    /// Whether progress requests are answered reliably by every member (see
+    /// [`progress_reliable`]); decided at connect.
+    progress: bool,
 }
 
 impl fmt::Debug for EtcdStore {
@@ -93,9 +113,14 @@ impl EtcdStore {
                 .watch_client()
                 .max_decoding_message_size(MAX_RESPONSE_BYTES),
             prefix: Arc::from(prefix.trim_end_matches('/')),
+            progress: false,
         };
         match tokio::time::timeout(DIAL_TIMEOUT, store.current_revision()).await {
-            Ok(Ok(_)) => Ok(store),
+            Ok(Ok(_)) => {
+                let mut store = store;
+                store.progress = members_report_progress(endpoints).await;
+                Ok(store)
+            }
             Ok(Err(e)) => Err(e),
             Err(_) => Err(Error::Backend(format!(
                 "etcd: no answer from {endpoints:?} within {DIAL_TIMEOUT:?}"
@@ -106,6 +131,58 @@ impl EtcdStore {
     /// The prefix every key is stored under.
     pub fn prefix(&self) -> &str {
         &self.prefix
+    }
+
+    /// Whether [`Store::watch_progress`] hands out a requester: every member answered the version
+    /// check with a version whose progress responses are ordered with the events.
+    pub fn reports_progress(&self) -> bool {
+        self.progress
+    }
+
+    /// Overrides the version check, for tests on etcd releases older than the fix (progress answers
+    /// there are right whenever no event is in flight, which is the case a test of a quiet watch
+    /// checks).
+    pub fn set_reports_progress(&mut self, progress: bool) {
+        self.progress = progress;
+    }
+
+    /// Opens an etcd watch and waits for its creation; the state delivers its items.
+    async fn open_watch(
+        &self,
+        prefix: &str,
+        from_revision: Revision,
+        requester: Option<ProgressRequester>,
+    ) -> Result<WatchState> {
+        let (start, end) = self.range(prefix);
+        let mut options = WatchOptions::new().with_range(end).with_prev_key();
+        if from_revision > 0 {
+            // etcd's start revision is inclusive; ours is exclusive.
+            options = options.with_start_revision(from_revision + 1);
+        }
+        let stream = self.watch.clone().watch(start, Some(options)).await?;
+        let (sender, mut stream) = stream.split();
+        // Wait for etcd to confirm the watcher, so "from now" includes every write that starts after this
+        // call returns.
+        let created = stream.message().await?.ok_or_else(|| {
+            Error::Backend("etcd: watch stream closed before the watch was created".into())
+        })?;
+        let mut state = WatchState {
+            stream,
+            sender,
+            requester,
+            prefix: self.prefix.clone(),
+            pending: VecDeque::new(),
+            finished: false,
+            last_revision: if from_revision > 0 {
+                from_revision
+            } else {
+                header_revision(created.header())?
+            },
+        };
+        // A start revision already known to be compacted (or a refused watch) fails the call itself.
+        // The creation response carries no events, so nothing is lost.
+        state.absorb(created)?;
+        Ok(state)
     }
 
     fn kv(&self) -> KvClient {
@@ -342,41 +419,35 @@ impl Store for EtcdStore {
     }
 
     async fn watch(&self, prefix: &str, from_revision: Revision) -> Result<WatchStream> {
-        let (start, end) = self.range(prefix);
-        let mut options = WatchOptions::new().with_range(end).with_prev_key();
-        if from_revision > 0 {
-            // etcd's start revision is inclusive; ours is exclusive.
-            options = options.with_start_revision(from_revision + 1);
-        }
-        let mut stream = self.watch.clone().watch(start, Some(options)).await?;
-        // Wait for etcd to confirm the watcher, so "from now" includes every write that starts after this
-        // call returns.
-        let created = stream.message().await?.ok_or_else(|| {
-            Error::Backend("etcd: watch stream closed before the watch was created".into())
-        })?;
-        let mut state = WatchState {
-            stream,
-            prefix: self.prefix.clone(),
-            pending: VecDeque::new(),
-            finished: false,
-            last_revision: if from_revision > 0 {
-                from_revision
-            } else {
-                header_revision(created.header())?
-            },
-        };
-        // A start revision already known to be compacted (or a refused watch) fails the call itself.
-        // The creation response carries no events, so nothing is lost.
-        state.absorb(created)?;
+        let state = self.open_watch(prefix, from_revision, None).await?;
         // Dropping the returned stream drops etcd-client's stream, which resets the HTTP/2 stream; etcd
         // then cancels the watcher.
-        Ok(Box::pin(futures::stream::unfold(
-            state,
-            |mut state| async move {
+        let items = futures::stream::unfold(state, |mut state| async move {
+            let item = state.next().await?;
+            Some((item, state))
+        });
+        // Without a requester the only progress items are etcd's own (none are asked for); drop them.
+        Ok(Box::pin(items.filter_map(|item| async move {
+            match item {
+                Ok(WatchItem::Event(event)) => Some(Ok(event)),
+                Ok(WatchItem::Progress(_)) => None,
+                Err(e) => Some(Err(e)),
+            }
+        })))
+    }
+
+    async fn watch_progress(&self, prefix: &str, from_revision: Revision) -> Result<ProgressWatch> {
+        let requester = self.progress.then(ProgressRequester::new);
+        let state = self
+            .open_watch(prefix, from_revision, requester.clone())
+            .await?;
+        Ok(ProgressWatch {
+            stream: Box::pin(futures::stream::unfold(state, |mut state| async move {
                 let item = state.next().await?;
                 Some((item, state))
-            },
-        )))
+            })),
+            requester,
+        })
     }
 
     async fn current_revision(&self) -> Result<Revision> {
@@ -410,6 +481,59 @@ impl Store for EtcdStore {
         }
     }
 
+    async fn compact_round(&self, state: CompactionState) -> Result<CompactionRound> {
+        // Take the round only if nobody took it since we last looked (the record's version is the
+        // round count we know), recording the revision we are about to compact to.
+        let txn = Txn::new()
+            .when([Compare::version(
+                COMPACT_REV_KEY,
+                CompareOp::Equal,
+                state.epoch,
+            )])
+            .and_then([TxnOp::put(
+                COMPACT_REV_KEY,
+                state.revision.to_string(),
+                None,
+            )])
+            .or_else([TxnOp::get(COMPACT_REV_KEY, None)]);
+        let resp = self.kv().txn(txn).await?;
+        let current = header_revision(resp.header())?;
+        if !resp.succeeded() {
+            // Another server took this round: catch up with its count and the revision it compacts to.
+            let (epoch, compacted) = match resp.op_responses().into_iter().next() {
+                Some(TxnOpResponse::Get(get)) => get
+                    .kvs()
+                    .first()
+                    .map(|kv| (kv.version(), parse_compacted(kv.value())))
+                    .unwrap_or((0, None)),
+                _ => (0, None),
+            };
+            return Ok(CompactionRound {
+                next: CompactionState {
+                    epoch,
+                    revision: current,
+                },
+                compacted,
+            });
+        }
+        let next = CompactionState {
+            epoch: state.epoch + 1,
+            revision: current,
+        };
+        if state.revision <= 0 {
+            // The first round only records where the next one compacts to, as upstream's bootstrap.
+            return Ok(CompactionRound {
+                next,
+                compacted: None,
+            });
+        }
+        self.compact(state.revision).await?;
+        Ok(CompactionRound {
+            next,
+            compacted: Some(state.revision),
+        })
+    }
+
     async fn count(&self, prefix: &str) -> Result<i64> {
         let (start, end) = self.range(prefix);
         let resp = self
@@ -423,13 +547,17 @@ impl Store for EtcdStore {
     }
 }
 
-/// The state of one watch: etcd's stream and the events of its last response not yet delivered (one
+/// The state of one watch: etcd's stream and the items of its last response not yet delivered (one
 /// response can carry many events, and we deliver them one by one, in order).
 struct WatchState {
-    stream: etcd_client::WatchStream,
+    stream: etcd_client::WatchResponseStream,
+    /// The request half of the gRPC stream: progress requests go there. Each watch has its own stream,
+    /// so a progress answer concerns this watcher only.
+    sender: WatchRequestSender,
+    requester: Option<ProgressRequester>,
     prefix: Arc<str>,
-    /// Events to deliver; an `Err` is the last item.
-    pending: VecDeque<Result<Event>>,
+    /// Items to deliver; an `Err` is the last item.
+    pending: VecDeque<Result<WatchItem>>,
     finished: bool,
     /// The revision of the last event delivered (or the start): the requested revision reported if
     /// etcd cancels the watcher for compaction.
@@ -438,11 +566,12 @@ struct WatchState {
 
 impl WatchState {
     /// The next item of the watch stream; `None` after an error item.
-    async fn next(&mut self) -> Option<Result<Event>> {
+    async fn next(&mut self) -> Option<Result<WatchItem>> {
         loop {
             if let Some(item) = self.pending.pop_front() {
                 match &item {
-                    Ok(event) => self.last_revision = event.revision(),
+                    Ok(WatchItem::Event(event)) => self.last_revision = event.revision(),
+                    Ok(WatchItem::Progress(_)) => {}
                     Err(_) => {
                         self.finished = true;
                         self.pending.clear();
@@ -453,7 +582,24 @@ impl WatchState {
             if self.finished {
                 return None;
             }
-            match self.stream.message().await {
+            let requested = async {
+                match &self.requester {
+                    Some(requester) => requester.requested().await,
+                    None => std::future::pending().await,
+                }
+            };
+            // Both branches are cancel-safe: tonic keeps a partly read message in the stream, and a
+            // request permit not taken stays stored.
+            let received = tokio::select! {
+                received = self.stream.message() => received,
+                () = requested => {
+                    if let Err(e) = self.sender.request_progress().await {
+                        self.pending.push_back(Err(e.into()));
+                    }
+                    continue;
+                }
+            };
+            match received {
                 Ok(Some(resp)) => {
                     if let Err(e) = self.absorb(resp) {
                         self.pending.push_back(Err(e));
@@ -467,7 +613,7 @@ impl WatchState {
         }
     }
 
-    /// Queues the events of one etcd response; an error ends the watch (after the events before it).
+    /// Queues the items of one etcd response; an error ends the watch (after the events before it).
     fn absorb(&mut self, resp: WatchResponse) -> Result<()> {
         if resp.compact_revision() > 0 {
             // The start revision (or, for a watcher that fell behind, its next one) is compacted.
@@ -482,12 +628,88 @@ impl WatchState {
                 resp.cancel_reason()
             )));
         }
+        if resp.events().is_empty() {
+            // Neither a creation nor events: a progress notification. Its header carries the revision
+            // the watcher is synced to (only asked for when the server orders it with the events).
+            if !resp.created() && self.requester.is_some() {
+                self.pending
+                    .push_back(Ok(WatchItem::Progress(header_revision(resp.header())?)));
+            }
+            return Ok(());
+        }
         for event in resp.events() {
             self.pending
-                .push_back(Ok(convert_event(&self.prefix, event)?));
+                .push_back(Ok(WatchItem::Event(convert_event(&self.prefix, event)?)));
         }
         Ok(())
     }
+}
+
+/// Whether every member runs an etcd whose answers to progress requests are ordered with the watch's
+/// events: 3.4.31+, 3.5.13+ or 3.6+, the releases upstream's apiserver requires before it serves
+/// consistent reads from its cache (etcd issues 15220 and 17507: older releases may answer with a
+/// revision whose events are still in flight, or not at all). A member that cannot be asked counts
+/// as too old.
+async fn members_report_progress(endpoints: &[String]) -> bool {
+    if endpoints.is_empty() {
+        return false;
+    }
+    for endpoint in endpoints {
+        let probe = async {
+            let options = ConnectOptions::new().with_connect_timeout(VERSION_PROBE_TIMEOUT);
+            let client = Client::connect([endpoint.as_str()], Some(options))
+                .await
+                .ok()?;
+            let status = client.maintenance_client().status().await.ok()?;
+            Some(status.version().to_string())
+        };
+        let version = tokio::time::timeout(VERSION_PROBE_TIMEOUT, probe)
+            .await
+            .ok()
+            .flatten();
+        match version {
+            Some(version) if progress_fixed_in(&version) => {}
+            Some(version) => {
+                tracing::info!(
+                    endpoint,
+                    version,
+                    "etcd before 3.4.31/3.5.13: consistent reads wait for the watch cache without \
+                     progress notifications"
+                );
+                return false;
+            }
+            None => return false,
+        }
+    }
+    true
+}
+
+/// Whether an etcd version string (`3.5.13`, `3.6.0-rc.1`) has the progress-notification fixes.
+fn progress_fixed_in(version: &str) -> bool {
+    let mut parts = version
+        .split(|c: char| !c.is_ascii_digit())
+        .map(|part| part.parse::<u64>().ok());
+    let (Some(Some(major)), Some(Some(minor)), Some(Some(patch))) =
+        (parts.next(), parts.next(), parts.next())
+    else {
+        return false;
+    };
+    match (major, minor) {
+        (3, 4) => patch >= 31,
+        (3, 5) => patch >= 13,
+        (3, minor) => minor >= 6,
+        (major, _) => major > 3,
+    }
+}
+
+/// The revision a `compact_rev_key` record holds (the last compaction's target), if it parses and is
+/// positive.
+fn parse_compacted(value: &[u8]) -> Option<Revision> {
+    std::str::from_utf8(value)
+        .ok()?
+        .parse::<Revision>()
+        .ok()
+        .filter(|&revision| revision > 0)
 }
 
 /// An etcd watch event as a storage [`Event`].
@@ -618,6 +840,31 @@ mod tests {
             Some("/pods/a".to_string())
         );
         assert!(strip_prefix("/registry", b"/other/pods/a".to_vec()).is_err());
+    }
+
+    #[test]
+    fn progress_fixes_by_version() {
+        for (version, fixed) in [
+            ("3.4.23", false),
+            ("3.4.31", true),
+            ("3.5.12", false),
+            ("3.5.13", true),
+            ("3.6.0", true),
+            ("3.6.0-rc.1", true),
+            ("3.3.27", false),
+            ("4.0.0", true),
+            ("garbage", false),
+            ("3.5", false),
+        ] {
+            assert_eq!(progress_fixed_in(version), fixed, "{version}");
+        }
+    }
+
+    #[test]
+    fn compaction_record_values() {
+        assert_eq!(parse_compacted(b"1234"), Some(1234));
+        assert_eq!(parse_compacted(b"0"), None);
+        assert_eq!(parse_compacted(b"x"), None);
     }
 
     #[test]

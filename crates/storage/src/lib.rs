@@ -23,6 +23,7 @@ pub mod migrate;
 pub mod sqlite;
 
 use std::pin::Pin;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use bytes::Bytes;
@@ -114,6 +115,70 @@ pub struct Deleted {
 /// A stream of watch events. It ends only with an error item (or when the store closes).
 pub type WatchStream = Pin<Box<dyn Stream<Item = Result<Event>> + Send>>;
 
+/// One item of a watch that reports its progress ([`Store::watch_progress`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WatchItem {
+    Event(Event),
+    /// The watch has delivered every change under its prefix up to and including this revision, and
+    /// will deliver none at or below it: etcd's progress notification. A watcher that has seen it may
+    /// treat the store's revision as reached even though no event of that revision concerned it (the
+    /// write was under another prefix, or by another program sharing the store). Sent only after a
+    /// [`ProgressRequester::request`]; several requests may be answered by one item, and a revision
+    /// lower than the last event's may come (etcd before 3.4.24): readers keep the maximum.
+    Progress(Revision),
+}
+
+/// The stream of [`Store::watch_progress`]. It ends only with an error item (or when the store closes).
+pub type ProgressWatchStream = Pin<Box<dyn Stream<Item = Result<WatchItem>> + Send>>;
+
+/// Asks a progress-reporting watch to send a [`WatchItem::Progress`] soon (etcd's
+/// `WatchProgressRequest`). Requests made while one is outstanding are merged into it, so callers may
+/// ask as often as they like; upstream's cacher asks every 100 ms while someone waits.
+#[derive(Clone, Debug, Default)]
+pub struct ProgressRequester(Arc<tokio::sync::Notify>);
+
+impl ProgressRequester {
+    pub fn new() -> ProgressRequester {
+        ProgressRequester::default()
+    }
+
+    pub fn request(&self) {
+        // One stored permit: requests made before the watch takes it are merged.
+        self.0.notify_one();
+    }
+
+    /// Completes at the next request (for the backend's watch loop).
+    pub async fn requested(&self) {
+        self.0.notified().await
+    }
+}
+
+/// A watch that can report its progress: the stream, and the requester when the backend can answer
+/// progress requests reliably (`None`: only events come, as from [`Store::watch`]).
+pub struct ProgressWatch {
+    pub stream: ProgressWatchStream,
+    pub requester: Option<ProgressRequester>,
+}
+
+/// Where the periodic compactor stands between two rounds ([`Store::compact_round`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CompactionState {
+    /// How many rounds the servers sharing the store have recorded (upstream's `compact_rev_key`
+    /// version); 0 before the first.
+    pub epoch: i64,
+    /// The store revision read at the previous round: what the next round compacts to.
+    pub revision: Revision,
+}
+
+/// What one compaction round did, and the state for the next round.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CompactionRound {
+    pub next: CompactionState,
+    /// The revision history is discarded before, by this server or (for a shared store) by another
+    /// one that won the round; `None` when no compaction happened.
+    pub compacted: Option<Revision>,
+}
+
 /// A revisioned key-value store with etcd's semantics.
 #[async_trait]
 pub trait Store: Send + Sync + 'static {
@@ -144,12 +209,45 @@ pub trait Store: Send + Sync + 'static {
     /// [`Error::Compacted`] (returned here or as the stream's first item).
     async fn watch(&self, prefix: &str, from_revision: Revision) -> Result<WatchStream>;
 
+    /// As [`Store::watch`], with [`WatchItem::Progress`] items on request through the returned
+    /// requester. The default reports no progress (no requester): only events come.
+    async fn watch_progress(&self, prefix: &str, from_revision: Revision) -> Result<ProgressWatch> {
+        use futures::StreamExt;
+        let events = self.watch(prefix, from_revision).await?;
+        Ok(ProgressWatch {
+            stream: Box::pin(events.map(|item| item.map(WatchItem::Event))),
+            requester: None,
+        })
+    }
+
     /// The revision of the last write (1 for an empty store).
     async fn current_revision(&self) -> Result<Revision>;
 
     /// Discards history older than `revision`: lists at and watches from revisions before it then fail
     /// with [`Error::Compacted`]. The current value of every key is kept.
     async fn compact(&self, revision: Revision) -> Result<()>;
+
+    /// One round of the periodic compactor ([`crate::compaction`]): compacts to `state.revision` (the
+    /// revision read one round earlier) unless it is 0, and returns the state for the next round. The
+    /// default compacts locally every round. A store shared by several servers (etcd) lets only one of
+    /// them compact per round, as upstream's `etcd3/compact.go`: the others see the round taken and
+    /// skip it.
+    async fn compact_round(&self, state: CompactionState) -> Result<CompactionRound> {
+        let current = self.current_revision().await?;
+        let compacted = if state.revision > 0 {
+            self.compact(state.revision).await?;
+            Some(state.revision)
+        } else {
+            None
+        };
+        Ok(CompactionRound {
+            next: CompactionState {
+                epoch: state.epoch + 1,
+                revision: current,
+            },
+            compacted,
+        })
+    }
 
     /// The number of keys under `prefix`.
     async fn count(&self, prefix: &str) -> Result<i64>;

@@ -27,9 +27,10 @@ use tokio_stream::wrappers::ReceiverStream;
 pub use schema::Durability;
 
 use crate::{
-    Deleted, Error, Event, EventKind, KeyValue, ListOptions, ListResult, Result, Revision, Store,
-    WatchStream,
+    Deleted, Error, Event, EventKind, KeyValue, ListOptions, ListResult, ProgressRequester,
+    ProgressWatch, Result, Revision, Store, WatchItem, WatchStream,
 };
+use futures::StreamExt;
 use schema::{read_meta, META_COMPACTED, META_REVISION};
 use watch::WatchHub;
 use writer::{Request, Shared, WriteOp};
@@ -202,6 +203,45 @@ impl Inner {
     }
 }
 
+impl SqliteStore {
+    /// Starts a watcher task and returns its items.
+    fn start_watch(
+        &self,
+        prefix: &str,
+        from_revision: Revision,
+        requester: Option<ProgressRequester>,
+    ) -> Result<ReceiverStream<Result<WatchItem>>> {
+        if *self.inner.closed.borrow() {
+            return Err(Error::Closed);
+        }
+        let shared = &self.inner.shared;
+        // Subscribe before reading the revision, so nothing committed after "now" can be missed.
+        let ring = shared.hub.subscribe();
+        let from = if from_revision <= 0 {
+            shared.revision.load(Ordering::Acquire)
+        } else {
+            from_revision
+        };
+        let compacted = shared.compacted.load(Ordering::Acquire);
+        if from < compacted {
+            return Err(Error::Compacted {
+                requested: from,
+                compacted,
+            });
+        }
+        let (out, events) = mpsc::channel(WATCHER_BUFFER);
+        tokio::spawn(watch::run_watcher(
+            self.inner.clone(),
+            prefix.to_string(),
+            from,
+            ring,
+            out,
+            requester,
+        ));
+        Ok(ReceiverStream::new(events))
+    }
+}
+
 fn expect_event(event: Option<Event>) -> Result<Event> {
     event.ok_or_else(|| Error::Backend("write produced no event".into()))
 }
@@ -267,33 +307,24 @@ impl Store for SqliteStore {
     }
 
     async fn watch(&self, prefix: &str, from_revision: Revision) -> Result<WatchStream> {
-        if *self.inner.closed.borrow() {
-            return Err(Error::Closed);
-        }
-        let shared = &self.inner.shared;
-        // Subscribe before reading the revision, so nothing committed after "now" can be missed.
-        let ring = shared.hub.subscribe();
-        let from = if from_revision <= 0 {
-            shared.revision.load(Ordering::Acquire)
-        } else {
-            from_revision
-        };
-        let compacted = shared.compacted.load(Ordering::Acquire);
-        if from < compacted {
-            return Err(Error::Compacted {
-                requested: from,
-                compacted,
-            });
-        }
-        let (out, events) = mpsc::channel(WATCHER_BUFFER);
-        tokio::spawn(watch::run_watcher(
-            self.inner.clone(),
-            prefix.to_string(),
-            from,
-            ring,
-            out,
-        ));
-        Ok(Box::pin(ReceiverStream::new(events)))
+        let events = self.start_watch(prefix, from_revision, None)?;
+        // No requester: no progress items come.
+        Ok(Box::pin(events.filter_map(|item| async move {
+            match item {
+                Ok(WatchItem::Event(event)) => Some(Ok(event)),
+                Ok(WatchItem::Progress(_)) => None,
+                Err(e) => Some(Err(e)),
+            }
+        })))
+    }
+
+    async fn watch_progress(&self, prefix: &str, from_revision: Revision) -> Result<ProgressWatch> {
+        let requester = ProgressRequester::new();
+        let stream = self.start_watch(prefix, from_revision, Some(requester.clone()))?;
+        Ok(ProgressWatch {
+            stream: Box::pin(stream),
+            requester: Some(requester),
+        })
     }
 
     async fn current_revision(&self) -> Result<Revision> {

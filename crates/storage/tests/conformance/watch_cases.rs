@@ -287,3 +287,72 @@ pub async fn compaction_fails_old_revisions_and_keeps_current_state(b: &mut impl
         "u"
     );
 }
+
+/// Progress notifications: a watch on one prefix, asked for progress, reports a revision at least the
+/// store's current one although the writes that moved it were under another prefix, after every event
+/// of its own prefix and before any later one.
+pub async fn progress_reports_revisions_moved_elsewhere(b: &mut impl Backend) {
+    let s = b.open().await;
+    s.create("/mine/a", bytes("a")).await.unwrap();
+    let start = s.current_revision().await.unwrap();
+    let storage::ProgressWatch {
+        mut stream,
+        requester,
+    } = s.watch_progress("/mine/", start).await.unwrap();
+    let requester = requester.expect("the backend reports progress");
+    for i in 0..5 {
+        s.create(&format!("/other/{i}"), bytes("x")).await.unwrap();
+    }
+    let mine = s.create("/mine/b", bytes("b")).await.unwrap();
+    for i in 5..10 {
+        s.create(&format!("/other/{i}"), bytes("x")).await.unwrap();
+    }
+    let target = s.current_revision().await.unwrap();
+    assert!(target > mine.mod_revision);
+    // The prefix's event first, so none is in flight when progress is asked for (etcd before 3.4.24
+    // may answer ahead of one).
+    let first = tokio::time::timeout(Duration::from_secs(10), stream.next())
+        .await
+        .expect("no event within 10 s")
+        .expect("stream ended")
+        .expect("watch error");
+    let mut events = match first {
+        storage::WatchItem::Event(event) => vec![event],
+        other => panic!("progress before it was asked for: {other:?}"),
+    };
+    let progress = loop {
+        requester.request();
+        let item = tokio::time::timeout(Duration::from_secs(10), stream.next())
+            .await
+            .expect("no progress within 10 s")
+            .expect("stream ended")
+            .expect("watch error");
+        match item {
+            storage::WatchItem::Event(event) => events.push(event),
+            // An answer to an earlier request may be older; ask again.
+            storage::WatchItem::Progress(revision) if revision >= target => break revision,
+            storage::WatchItem::Progress(_) => {}
+        }
+    };
+    assert_eq!(
+        events.len(),
+        1,
+        "only the watched prefix's event: {events:?}"
+    );
+    assert_eq!(events[0].kv, mine);
+    assert!(progress >= target);
+    // Later writes come as events with revisions past the progress reported.
+    let later = s.create("/mine/c", bytes("c")).await.unwrap();
+    loop {
+        let item = tokio::time::timeout(Duration::from_secs(10), stream.next())
+            .await
+            .expect("no event within 10 s")
+            .expect("stream ended")
+            .expect("watch error");
+        if let storage::WatchItem::Event(event) = item {
+            assert_eq!(event.kv, later);
+            assert!(event.revision() > progress);
+            break;
+        }
+    }
+}

@@ -265,7 +265,34 @@ pub fn container_ref(pod: &Pod, container: &str) -> ObjectReference {
         namespace: pod.metadata.namespace.clone(),
         uid: pod.metadata.uid.clone(),
         resource_version: pod.metadata.resource_version.clone(),
-        field_path: Some(format!("spec.containers{{{container}}}")),
+        field_path: Some(format!(
+            "spec.{}{{{container}}}",
+            container_list(pod, container)
+        )),
+    }
+}
+
+/// Which list of the pod's spec holds `container` (upstream `fieldPath`).
+fn container_list(pod: &Pod, container: &str) -> &'static str {
+    let Some(spec) = pod.spec.as_ref() else {
+        return "containers";
+    };
+    if spec
+        .init_containers
+        .iter()
+        .flatten()
+        .any(|c| c.name == container)
+    {
+        "initContainers"
+    } else if spec
+        .ephemeral_containers
+        .iter()
+        .flatten()
+        .any(|c| c.name == container)
+    {
+        "ephemeralContainers"
+    } else {
+        "containers"
     }
 }
 

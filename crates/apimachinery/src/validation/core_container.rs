@@ -553,7 +553,7 @@ fn validate_security_context(sc: Option<&Value>, path: &FieldPath) -> ErrorList 
 }
 
 /// Upstream's `validateContainerCommon`.
-fn validate_container_common(c: &Value, ctx: &PodCtx, path: &FieldPath) -> ErrorList {
+pub(crate) fn validate_container_common(c: &Value, ctx: &PodCtx, path: &FieldPath) -> ErrorList {
     let mut errs = ErrorList::new();
     let name = str_or_empty(c, &["name"]);
     if name.is_empty() {

@@ -382,7 +382,7 @@ pub(crate) fn validate_pod_template_spec(template: Option<&Value>, path: &FieldP
 }
 
 /// Upstream's `validatePodMetadataAndSpec`.
-fn validate_pod_metadata_and_spec(pod: &Value) -> ErrorList {
+pub(super) fn validate_pod_metadata_and_spec(pod: &Value) -> ErrorList {
     let empty = Value::Object(Map::new());
     let spec = get(pod, &["spec"]).unwrap_or(&empty);
     let sp = FieldPath::root("spec");

@@ -35,6 +35,7 @@ mod batch;
 mod core;
 mod core_container;
 mod core_pod;
+mod core_pod_ephemeral;
 mod core_quota;
 mod core_scheduling;
 mod core_service;
@@ -149,6 +150,12 @@ pub fn validate_create(group: &str, kind: &str, obj: &Value) -> ErrorList {
             meta::validate_object_meta(obj, NameRule::Subdomain, is_builtin_group(group))
         }),
     }
+}
+
+/// Validates a `pods/ephemeralcontainers` update of `old` to `new` (upstream
+/// `ValidatePodEphemeralContainersUpdate`).
+pub fn validate_pod_ephemeral_containers_update(new: &Value, old: &Value) -> ErrorList {
+    core_pod_ephemeral::validate_pod_ephemeral_containers_update(new, old)
 }
 
 /// Validates an update of `old` to `new` (both defaulted), immutability included.

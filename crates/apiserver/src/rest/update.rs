@@ -144,9 +144,8 @@ async fn attempt(
         }
         Some("finalize") => namespace::prepare_for_finalize(&new, &old),
         Some("approval") if strategy.prepare_for_approval_update(&mut new, &old) => new,
-        Some("ephemeralcontainers") | Some("resize") => {
-            pod::prepare_for_spec_subresource(&new, &old)
-        }
+        Some("ephemeralcontainers") => pod::ephemeral::prepare_for_update(&new, &old),
+        Some("resize") => pod::prepare_for_spec_subresource(&new, &old),
         Some(other) => {
             return Err(ApiError::method_not_supported(
                 &ctx.qualified(),
@@ -177,6 +176,9 @@ async fn attempt(
         &new,
         &old,
     );
+    if sub == Some("ephemeralcontainers") {
+        errors = apimachinery::validation::validate_pod_ephemeral_containers_update(&new, &old);
+    }
     if sub.is_none() {
         errors.extend(crate::crd::validation_rules::crd_write_errors(
             &ctx.resource.group,

@@ -6,6 +6,7 @@
 pub mod admit;
 pub mod config;
 pub mod container;
+pub mod ephemeral;
 pub mod etc_hosts;
 pub mod pod_actions;
 pub mod security_context;

@@ -9,8 +9,7 @@
 //!
 //! Differs from upstream: sandbox changes are handled before this (`ensure_sandbox`, which kills
 //! every container of a lost sandbox), so the actions here assume a ready sandbox; a sidecar's
-//! liveness probe does not hold back the next init container; in-place resize and ephemeral
-//! containers are not handled.
+//! liveness probe does not hold back the next init container; in-place resize is not handled.
 
 use k8s_openapi::api::core::v1::{Container, PodSpec};
 
@@ -92,6 +91,9 @@ pub struct PodActions {
     /// Every app container has exited for good: stop the sidecars, the pod is done (upstream
     /// `KillPod` when nothing is kept and nothing starts).
     pub stop_sidecars: bool,
+    /// Ephemeral containers to start, before anything else and whatever the init step
+    /// (upstream `EphemeralContainersToStart`; see [`super::ephemeral`]).
+    pub ephemeral: Vec<String>,
 }
 
 /// Does `policy` restart a container that exited with `exit_code`?
@@ -130,6 +132,7 @@ pub fn compute_pod_actions(
         sidecars,
         containers: Vec::new(),
         stop_sidecars: false,
+        ephemeral: super::ephemeral::to_start(spec, record),
     };
     if actions.init != InitStep::Done {
         return actions;
@@ -492,6 +495,28 @@ mod tests {
         unhashed.hash.clear();
         let a = compute_pod_actions(&changed, &record(vec![unhashed]), &quiet());
         assert_eq!(a.containers[0].1, ContainerAction::Keep);
+    }
+
+    #[test]
+    fn ephemeral_containers_start_once_even_while_init_containers_run() {
+        let mut s = spec(&["i1"], &["app"], "Always");
+        s.ephemeral_containers = Some(vec![k8s_openapi::api::core::v1::EphemeralContainer {
+            name: "dbg".into(),
+            image: Some("busybox".into()),
+            ..Default::default()
+        }]);
+        let r = record(vec![rec("i1", 0, RecordState::Running, 0)]);
+        let a = compute_pod_actions(&s, &r, &quiet());
+        assert_eq!(a.init, InitStep::Waiting { name: "i1".into() });
+        assert_eq!(a.ephemeral, vec!["dbg".to_string()]);
+        // Exited: never restarted, and the app containers' plan ignores it.
+        let r = record(vec![
+            rec("app", 0, RecordState::Running, 0),
+            rec("dbg", 0, RecordState::Exited, 1),
+        ]);
+        let a = compute_pod_actions(&s, &r, &quiet());
+        assert!(a.ephemeral.is_empty());
+        assert_eq!(a.containers, vec![("app".into(), ContainerAction::Keep)]);
     }
 
     #[test]

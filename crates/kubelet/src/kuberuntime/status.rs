@@ -102,7 +102,7 @@ fn terminated_json(c: &ContainerRecord) -> Value {
 }
 
 /// The status of one spec container.
-fn container_status(
+pub(super) fn container_status(
     spec: &Container,
     record: &PodRecord,
     inputs: &StatusInputs,
@@ -465,6 +465,9 @@ pub fn pod_status(pod: &Pod, record: &PodRecord, inputs: &StatusInputs, now: Tim
     }
     if !init.is_empty() {
         status["initContainerStatuses"] = Value::Array(init);
+    }
+    if let Some(e) = super::ephemeral::statuses(&spec, record, inputs) {
+        status["ephemeralContainerStatuses"] = e;
     }
     status
 }

@@ -12,6 +12,7 @@
 //! `/runningpods` or `/checkpoint` endpoints.
 
 pub mod auth;
+pub mod configz;
 pub mod logs;
 pub mod streaming;
 
@@ -392,6 +393,10 @@ async fn handle(
     match segments.as_slice() {
         ["healthz"] => text(StatusCode::OK, "ok"),
         ["pods"] | ["pods", ""] if method == Method::GET => pods(kubelet),
+        ["configz"] if method == Method::GET => body_response(
+            "application/json",
+            serde_json::to_vec(&configz::body(&kubelet.config)).unwrap_or_default(),
+        ),
         ["stats", "summary"] if method == Method::GET => {
             // Upstream's query parameter: only the CPU and memory figures (what metrics-server asks).
             let only = query

@@ -366,6 +366,15 @@ impl Kubelet {
         };
         let inits: Vec<&Container> = spec.init_containers.iter().flatten().collect();
         let init_named = |name: &str| inits.iter().copied().find(|c| c.name == name);
+        // Ephemeral containers before the rest, as upstream: a pod whose init containers fail
+        // can still be debugged. Started once; a failed start leaves no record and is retried.
+        for name in &actions.ephemeral {
+            if let Some(c) = kr::ephemeral::container(pod, name) {
+                let start = ContainerAction::Start { attempt: 0 };
+                self.apply_action(&ctx, &c, false, "Never", start, &mut inputs, &mut requeue)
+                    .await;
+            }
+        }
         // Sidecars first: a sidecar that must come back does so before anything else starts.
         for (name, action) in actions.sidecars {
             if let Some(c) = init_named(&name) {

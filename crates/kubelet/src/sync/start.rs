@@ -125,7 +125,7 @@ impl Kubelet {
                 return;
             }
         };
-        let config = match container_config(&ctx).await {
+        let mut config = match container_config(&ctx).await {
             Ok(mut cfg) => {
                 cfg.envs.extend(
                     dra_env
@@ -146,6 +146,15 @@ impl Kubelet {
         let record = kr::pod_record(&self.runtime, &uid)
             .await
             .unwrap_or_default();
+        if let Err(e) = kr::ephemeral::set_target(pod, &c.name, &record, &mut config) {
+            let e = e.to_string();
+            self.event(&cref, EventType::Warning, "Failed", &format!("Error: {e}"));
+            inputs
+                .waiting
+                .insert(c.name.clone(), ("CreateContainerConfigError".into(), e));
+            *requeue = min_requeue(*requeue, Duration::from_secs(2));
+            return;
+        }
         let Some(sandbox_id) = record.sandbox_id.filter(|_| record.sandbox_ready) else {
             *requeue = min_requeue(*requeue, Duration::from_secs(1));
             return;

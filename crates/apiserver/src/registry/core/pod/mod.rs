@@ -4,6 +4,7 @@
 //! [`binding`] and [`eviction`].
 
 pub mod binding;
+pub mod ephemeral;
 pub mod eviction;
 
 use apimachinery::resources::Resource;
@@ -67,7 +68,8 @@ impl Strategy for PodStrategy {
     }
 }
 
-/// `ephemeralcontainers` and `resize`: the spec from the request, everything else as stored.
+/// `resize`: the spec from the request, everything else as stored (`ephemeralcontainers`: see
+/// [`ephemeral`]).
 pub fn prepare_for_spec_subresource(new: &Value, old: &Value) -> Value {
     let mut merged = old.clone();
     merged["spec"] = new.get("spec").cloned().unwrap_or(Value::Null);

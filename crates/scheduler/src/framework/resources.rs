@@ -242,14 +242,56 @@ fn max_amounts(dst: &mut Amounts, src: &Amounts) {
     }
 }
 
-fn container_amounts(c: &Container, non_zero: bool) -> Amounts {
-    let mut a = amounts(c.resources.as_ref().and_then(|r| r.requests.as_ref()));
+/// A container's requests as the node sees them (upstream `PodRequests` with
+/// `UseStatusResources`, InPlacePodVerticalScaling): while a resize is undecided or in progress,
+/// the larger of the spec's requests and what the kubelet reports allocated and applied; once the
+/// kubelet found the resize infeasible, what it allocated and applied only.
+fn container_amounts(pod: &Pod, c: &Container, non_zero: bool) -> Amounts {
+    let spec = amounts(c.resources.as_ref().and_then(|r| r.requests.as_ref()));
+    let mut a = match container_status(pod, &c.name) {
+        Some(cs) => {
+            let mut reported = amounts(cs.allocated_resources.as_ref());
+            let applied = amounts(cs.resources.as_ref().and_then(|r| r.requests.as_ref()));
+            max_amounts(&mut reported, &applied);
+            // A status the kubelet filled without allocations (a simulated node): the spec.
+            if !resize_infeasible(pod) || reported.is_empty() {
+                max_amounts(&mut reported, &spec);
+            }
+            reported
+        }
+        None => spec,
+    };
     if non_zero {
         // Only missing requests get the defaults; an explicit zero stays zero (upstream applyNonMissing).
         a.entry("cpu".into()).or_insert(DEFAULT_MILLI_CPU_REQUEST);
         a.entry("memory".into()).or_insert(DEFAULT_MEMORY_REQUEST);
     }
     a
+}
+
+fn container_status<'a>(
+    pod: &'a Pod,
+    name: &str,
+) -> Option<&'a k8s_openapi::api::core::v1::ContainerStatus> {
+    let status = pod.status.as_ref()?;
+    status
+        .container_statuses
+        .iter()
+        .flatten()
+        .chain(status.init_container_statuses.iter().flatten())
+        .find(|s| s.name == name)
+}
+
+/// Upstream `IsPodResizeInfeasible`: the kubelet's `PodResizePending` condition says
+/// `Infeasible`.
+fn resize_infeasible(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|cs| {
+            cs.iter()
+                .any(|c| c.type_ == "PodResizePending" && c.reason.as_deref() == Some("Infeasible"))
+        })
 }
 
 pub(crate) fn is_restartable_init_container(c: &Container) -> bool {
@@ -266,12 +308,12 @@ fn aggregate(pod: &Pod, non_zero: bool) -> Amounts {
     };
     let mut total = Amounts::new();
     for c in &spec.containers {
-        add_amounts(&mut total, &container_amounts(c, non_zero));
+        add_amounts(&mut total, &container_amounts(pod, c, non_zero));
     }
     let mut sidecars = Amounts::new();
     let mut init_peak = Amounts::new();
     for c in spec.init_containers.iter().flatten() {
-        let own = container_amounts(c, non_zero);
+        let own = container_amounts(pod, c, non_zero);
         if is_restartable_init_container(c) {
             add_amounts(&mut total, &own);
             add_amounts(&mut sidecars, &own);
@@ -569,5 +611,27 @@ mod tests {
         assert_eq!(ni.requested, Resources::default());
         assert_eq!(ni.non_zero_requested, Resources::default());
         assert!(ni.used_ports.is_empty() && ni.pods.is_empty());
+    }
+
+    #[test]
+    fn resized_pods_count_the_larger_of_spec_and_allocation_unless_infeasible() {
+        let pod = |cpu: &str, reason: &str| -> Pod {
+            serde_json::from_value(json!({
+                "spec": {"containers": [{"name": "c", "resources": {"requests": {"cpu": cpu}}}]},
+                "status": {
+                    "conditions": [{"type": "PodResizePending", "status": "True", "reason": reason}],
+                    "containerStatuses": [{"name": "c", "image": "i", "imageID": "", "ready": true,
+                        "restartCount": 0, "allocatedResources": {"cpu": "500m"},
+                        "resources": {"requests": {"cpu": "500m"}}}]}
+            }))
+            .unwrap()
+        };
+        assert_eq!(pod_requests(&pod("2", "Deferred")).milli_cpu, 2000);
+        assert_eq!(pod_requests(&pod("100m", "Deferred")).milli_cpu, 500);
+        assert_eq!(pod_requests(&pod("2", "Infeasible")).milli_cpu, 500);
+        // No status: the spec.
+        let mut plain = pod("2", "Infeasible");
+        plain.status = None;
+        assert_eq!(pod_requests(&plain).milli_cpu, 2000);
     }
 }

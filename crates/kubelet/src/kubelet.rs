@@ -55,6 +55,8 @@ pub struct Kubelet {
     pub(crate) sysctls: crate::kuberuntime::admit::SysctlAllowlist,
     /// The kernel enforces AppArmor (pods that ask for it are refused otherwise).
     pub(crate) apparmor: bool,
+    /// The resources admitted to each pod and applied to its containers (in-place resize).
+    pub(crate) allocations: crate::sync::resize::Allocations,
     /// Image ID -> when image GC first saw it unused (upstream's `imageMinimumGCAge`).
     unused_since: Mutex<HashMap<String, Instant>>,
     pod_config: PodConfig,
@@ -119,6 +121,7 @@ impl Kubelet {
                 &config.root_dir,
                 crate::dra::cdi::SPEC_DIRS.iter().map(Into::into).collect(),
             )),
+            allocations: crate::sync::resize::Allocations::load(&config.root_dir),
             config,
             client,
             runtime,

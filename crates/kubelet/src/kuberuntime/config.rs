@@ -392,10 +392,13 @@ pub fn sandbox_config(
     })
 }
 
-/// A hash of the container spec: a changed spec means a new container (upstream `HashContainer`).
+/// A hash of the container's name and image (upstream `HashContainer` since 1.31 hashes only
+/// these): a changed image means a new container, a resize does not (a pod's other container
+/// fields are immutable).
 pub fn container_hash(c: &Container) -> String {
     let mut h = crate::hash::Fnv128::new();
-    h.write(serde_json::to_string(c).unwrap_or_default().as_bytes());
+    let fields = serde_json::json!({"name": c.name, "image": c.image.as_deref().unwrap_or("")});
+    h.write(fields.to_string().as_bytes());
     h.short()
 }
 

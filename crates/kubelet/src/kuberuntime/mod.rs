@@ -9,6 +9,7 @@ pub mod container;
 pub mod ephemeral;
 pub mod etc_hosts;
 pub mod pod_actions;
+pub mod resize;
 pub mod security_context;
 pub mod status;
 

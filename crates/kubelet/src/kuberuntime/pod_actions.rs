@@ -9,7 +9,9 @@
 //!
 //! Differs from upstream: sandbox changes are handled before this (`ensure_sandbox`, which kills
 //! every container of a lost sandbox), so the actions here assume a ready sandbox; a sidecar's
-//! liveness probe does not hold back the next init container; in-place resize is not handled.
+//! liveness probe does not hold back the next init container. In-place resize is decided in
+//! [`super::resize`] (a container's hash leaves its resources out, so a resize never reads as a
+//! changed definition).
 
 use k8s_openapi::api::core::v1::{Container, PodSpec};
 
@@ -26,6 +28,8 @@ pub enum KillReason {
     Startup,
     /// Its spec changed (another hash than the one it was started with).
     DefinitionChanged,
+    /// A resize changed a resource whose `resizePolicy` is `RestartContainer`.
+    ResizeRestart,
 }
 
 impl KillReason {
@@ -41,6 +45,7 @@ impl KillReason {
             KillReason::DefinitionChanged => {
                 format!("Container {container} definition changed, will be restarted")
             }
+            KillReason::ResizeRestart => format!("Container {container} resize requires restart"),
         }
     }
 }

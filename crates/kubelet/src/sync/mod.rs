@@ -5,6 +5,7 @@
 //! status. The I/O lives here; what to do is decided by the pure `kuberuntime::pod_actions`.
 //! Starting a container is in `start.rs`, killing and terminating in `terminate.rs`.
 
+pub(crate) mod resize;
 mod start;
 mod terminate;
 
@@ -111,7 +112,8 @@ impl Kubelet {
         record: &PodRecord,
         inputs: &StatusInputs,
     ) -> serde_json::Value {
-        let status = pod_status(pod, record, inputs, jiff::Timestamp::now());
+        let mut status = pod_status(pod, record, inputs, jiff::Timestamp::now());
+        self.decorate_resize_status(pod, record, &mut status);
         if let Err(e) = self.status.set(pod, status.clone()).await {
             tracing::warn!(pod = %pod_desc(pod), error = %e, "status update failed");
         }
@@ -276,6 +278,9 @@ impl Kubelet {
     /// `/etc/hosts`, then the plan of [`compute_pod_actions`] carried out (upstream
     /// `kuberuntime_manager.go` `SyncPod`), then status and probes.
     async fn sync_running(self: &Arc<Self>, pod: &Pod) -> Result<SyncOutcome, String> {
+        // Everything below runs the pod as allocated (a resize waits for its admission).
+        let allocated = self.allocate(pod);
+        let pod = &allocated;
         let uid = pod.metadata.uid.clone().unwrap_or_default();
         let spec = pod.spec.clone().unwrap_or_default();
         let policy = spec
@@ -412,6 +417,7 @@ impl Kubelet {
                 }
             }
         }
+        self.actuate_resizes(&ctx, &mut requeue).await;
         let mut record = kr::pod_record(&self.runtime, &uid)
             .await
             .map_err(|e| e.to_string())?;

@@ -1,15 +1,15 @@
 //! The kubelet's HTTPS server (upstream `pkg/kubelet/server`), on port 10250 by default: container
 //! logs (`/containerLogs/<ns>/<pod>/<container>`), `exec`, `attach` and `portForward` (passed through
-//! to the runtime's streaming server, see [`streaming`]), `/pods`, `/healthz`, `/stats/summary` and
-//! `/metrics/resource` (see [`crate::stats`]).
+//! to the runtime's streaming server, see [`streaming`]), `/pods`, `/healthz`, `/configz` (see
+//! [`configz`]), `/stats/summary` and `/metrics/resource` (see [`crate::stats`]).
 //!
 //! TLS with the certificate given by flags, or a self-signed one kept in `<root-dir>/pki`
 //! (`kubelet.crt`, as upstream makes it). Every request is authenticated and authorized first
 //! ([`auth`]): client certificates from `--client-ca-file`, bearer tokens through `TokenReview`,
 //! anonymous access; then `AlwaysAllow` or `SubjectAccessReview` (`--authorization-mode Webhook`).
 //!
-//! Differences: no `/metrics`, `/metrics/cadvisor`, `/metrics/probes`, `/spec`, `/configz`,
-//! `/runningpods` or `/checkpoint` endpoints.
+//! Differences: no `/metrics`, `/metrics/cadvisor`, `/metrics/probes`, `/spec`, `/runningpods` or
+//! `/checkpoint` endpoints.
 
 pub mod auth;
 pub mod configz;

@@ -98,7 +98,7 @@ fn the_scheduler_places_pods_on_simulated_nodes() {
         let message = eventually("huge reported", limit, || unschedulable_message(&pods, "huge")).await;
         assert_eq!(
             message,
-            "0/10 nodes are available: 10 Insufficient cpu. preemption: 0/10 nodes are available: 10 No preemption victims found for incoming pod.."
+            "0/10 nodes are available: 10 Insufficient cpu. no new claims to deallocate, preemption: 0/10 nodes are available: 10 No preemption victims found for incoming pod.."
         );
         let events: Api<Event> = Api::namespaced(client.clone(), "default");
         eventually("a FailedScheduling event", limit, || {
@@ -121,7 +121,7 @@ fn the_scheduler_places_pods_on_simulated_nodes() {
         let message = eventually("waiting reported", limit, || unschedulable_message(&pods, "waiting")).await;
         assert_eq!(
             message,
-            "0/10 nodes are available: 10 node(s) didn't match Pod's node affinity/selector. preemption: 0/10 nodes are available: 10 Preemption is not helpful for scheduling.."
+            "0/10 nodes are available: 10 node(s) didn't match Pod's node affinity/selector. no new claims to deallocate, preemption: 0/10 nodes are available: 10 Preemption is not helpful for scheduling.."
         );
         c.kubectl(&["label", "node", "sim-5", "pool=late"]);
         assert_eq!(eventually("waiting running", limit, || node_of(&pods, "waiting")).await, "sim-5");

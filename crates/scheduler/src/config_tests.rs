@@ -51,6 +51,7 @@ fn defaults_are_upstreams() {
             "NodeResourcesFit",
             "PodTopologySpread",
             "InterPodAffinity",
+            "DynamicResources",
             "NodeResourcesBalancedAllocation",
             "ImageLocality"
         ]
@@ -70,7 +71,10 @@ fn defaults_are_upstreams() {
             "DynamicResources"
         ]
     );
-    assert_eq!(at(&c, 0, "postFilter"), ["DefaultPreemption"]);
+    assert_eq!(
+        at(&c, 0, "postFilter"),
+        ["DynamicResources", "DefaultPreemption"]
+    );
     assert_eq!(at(&c, 0, "bind"), ["DefaultBinder"]);
     assert_eq!(at(&c, 0, "preBind"), ["VolumeBinding", "DynamicResources"]);
     assert_eq!(at(&c, 0, "reserve"), ["DynamicResources"]);
@@ -94,6 +98,7 @@ fn score_weights_follow_the_default_profile() {
             ("NodeResourcesFit", 1),
             ("PodTopologySpread", 2),
             ("InterPodAffinity", 2),
+            ("DynamicResources", 1),
             ("NodeResourcesBalancedAllocation", 1),
             ("ImageLocality", 1)
         ]
@@ -157,7 +162,8 @@ profiles:
             "TaintToleration",
             "NodeAffinity",
             "PodTopologySpread",
-            "InterPodAffinity"
+            "InterPodAffinity",
+            "DynamicResources"
         ]
     );
     let fw = crate::profile::new_framework(
@@ -167,7 +173,7 @@ profiles:
     )
     .unwrap();
     let w: Vec<i64> = fw.score.iter().map(|(_, w)| *w).collect();
-    assert_eq!(w, [5, 7, 3, 2, 2, 2]);
+    assert_eq!(w, [5, 7, 3, 2, 2, 2, 1]);
     assert!(c.profiles[2].args("NodeResourcesFit").is_some());
 }
 

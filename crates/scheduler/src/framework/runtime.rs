@@ -478,7 +478,7 @@ impl Framework {
                 other => return (r, other),
             }
         }
-        (last, Status::Unschedulable(reasons.join(" ")))
+        (last, Status::Unschedulable(reasons.join(", ")))
     }
 
     pub fn run_reserve(&self, state: &mut CycleState, pod: &Pod, node: &str) -> Status {

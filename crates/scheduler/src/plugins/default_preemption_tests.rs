@@ -157,25 +157,25 @@ fn no_preemption() {
             "only pods of equal or higher priority",
             vec![vec![pod("same", 10, "1", json!({}))], vec![pod("higher", 20, "1", json!({}))]],
             pod("p", 10, "500m", json!({})),
-            unschedulable("preemption: 0/2 nodes are available: 2 No preemption victims found for incoming pod."),
+            unschedulable("no new claims to deallocate, preemption: 0/2 nodes are available: 2 No preemption victims found for incoming pod."),
         ),
         (
             "preemptionPolicy Never",
             vec![vec![pod("low", 0, "1", json!({}))]],
             pod("p", 10, "500m", json!({"preemptionPolicy": "Never"})),
-            unschedulable("preemption: not eligible due to preemptionPolicy=Never."),
+            unschedulable("no new claims to deallocate, preemption: not eligible due to preemptionPolicy=Never."),
         ),
         (
             "nodes that preemption cannot help",
             vec![vec![pod("low", 0, "1", json!({}))]],
             pod("p", 10, "500m", json!({"nodeSelector": {"disk": "ssd"}})),
-            unschedulable("preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling."),
+            unschedulable("no new claims to deallocate, preemption: 0/1 nodes are available: 1 Preemption is not helpful for scheduling."),
         ),
         (
             "too big even on an empty node",
             vec![vec![pod("low", 0, "500m", json!({}))]],
             pod("p", 10, "2", json!({})),
-            unschedulable("preemption: 0/1 nodes are available: 1 Insufficient cpu."),
+            unschedulable("no new claims to deallocate, preemption: 0/1 nodes are available: 1 Insufficient cpu."),
         ),
     ];
     for (name, layout, p, want) in cases {

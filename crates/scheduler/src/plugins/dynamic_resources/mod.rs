@@ -4,18 +4,27 @@
 //! the node's ResourceSlices (Filter, see [`allocator`]). Reserve takes the devices in the shared
 //! [`tracker::Tracker`] so the next cycle does not hand them out again; PreBind writes each claim's
 //! `status.allocation` (after the `resource.kubernetes.io/delete-protection` finalizer) and adds the
-//! pod to `status.reservedFor`, retrying on conflicts; Unreserve undoes both.
+//! pod to `status.reservedFor`, retrying on conflicts; Unreserve undoes both. PostFilter
+//! deallocates an allocated claim reserved for nobody that keeps the pod off every node; Score
+//! prefers nodes where `firstAvailable` requests get an earlier subrequest ([`scoring`]).
 //!
-//! Not done: PostFilter (upstream deallocates a claim reserved for nobody when it blocks the pod),
-//! Score, extended resources backed by devices, binding conditions, the in-flight allocation limit.
+//! At most [`MAX_IN_FLIGHT`] pods have claim writes in flight: the scheduling cycle is much faster
+//! than the writes, so with many pending pods PreBind would otherwise run for all of them at once,
+//! each on an HTTP/1.1 connection (and TLS handshake) of its own, and every write, binding
+//! included, slowed to seconds (the bench's stall at 1-3 pods/s). Upstream's client-go
+//! multiplexes HTTP/2 streams and is rate-limited by its QPS instead.
+//!
+//! Not done: extended resources backed by devices, binding conditions.
 
 pub mod allocator;
+mod scoring;
 pub mod selectors;
 pub mod slices;
 #[cfg(test)]
 mod tests;
 pub mod tracker;
 
+use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
@@ -33,9 +42,11 @@ use self::slices::SliceIndex;
 use self::tracker::claim_key;
 use super::node_affinity::node_selector_matches;
 use crate::framework::{
-    action, ClusterEvent, CycleState, EventResource, FilterPlugin, Handle, NodeInfo, Plugin,
-    PreBindPlugin, PreEnqueuePlugin, PreFilterPlugin, PreFilterResult, ReservePlugin, Status,
+    action, ClusterEvent, CycleState, EventResource, FilterPlugin, Framework, Handle, NodeInfo,
+    NodeToStatus, Plugin, PostFilterPlugin, PostFilterResult, PreBindPlugin, PreEnqueuePlugin,
+    PreFilterPlugin, PreFilterResult, PreScorePlugin, ReservePlugin, ScorePlugin, Status,
 };
+pub use crate::plugins::default_binder::MAX_IN_FLIGHT;
 
 pub const NAME: &str = "DynamicResources";
 const STATE_KEY: &str = "PreFilterDynamicResources";
@@ -45,6 +56,10 @@ pub const FINALIZER: &str = "resource.kubernetes.io/delete-protection";
 pub const ERR_CANNOT_ALLOCATE: &str = "cannot allocate all claims";
 pub const ERR_NOT_AVAILABLE: &str = "resourceclaim not available on the node";
 pub const ERR_IN_USE: &str = "resourceclaim in use";
+/// PostFilter's verdicts (upstream's messages, part of the FailedScheduling event).
+pub const MSG_NO_CLAIMS: &str = "no new claims to deallocate";
+pub const MSG_DEALLOCATED: &str = "deallocation of ResourceClaim completed";
+pub const MSG_STILL_NOT_SCHEDULABLE: &str = "still not schedulable";
 /// PreBind's attempts at a claim's status write that meets conflicts (client-go `DefaultRetry`).
 const WRITE_ATTEMPTS: usize = 5;
 
@@ -53,6 +68,8 @@ pub struct DynamicResources {
     selectors: SelectorCache,
     /// The slice index and the slice generation it was built at.
     index: Mutex<Option<(u64, Arc<SliceIndex>)>>,
+    /// Pods whose claim writes (PreBind, PostFilter) may be in flight at once.
+    writes: Arc<tokio::sync::Semaphore>,
 }
 
 #[derive(Clone)]
@@ -69,6 +86,12 @@ struct State {
     allocations: Vec<Option<AllocationResult>>,
     /// Claims PreBind added the pod to (Unreserve takes it out again).
     reserved_in_api: Arc<Mutex<Vec<String>>>,
+    /// Indices of allocated claims some node could not reach (Filter records them for
+    /// PostFilter, upstream `unavailableClaims`).
+    unavailable: Arc<Mutex<BTreeSet<usize>>>,
+    /// Filter's allocation for each node that passed (Score ranks them, Reserve takes the chosen
+    /// node's): the taken devices cannot change within one cycle.
+    node_allocations: Arc<Mutex<HashMap<String, Arc<Vec<AllocationResult>>>>>,
 }
 
 fn pod_ref(pod: &Pod) -> (String, String, String) {
@@ -97,6 +120,7 @@ impl DynamicResources {
             handle,
             selectors: SelectorCache::default(),
             index: Mutex::new(None),
+            writes: Arc::new(tokio::sync::Semaphore::new(MAX_IN_FLIGHT)),
         }
     }
 
@@ -215,6 +239,15 @@ impl Plugin for DynamicResources {
     fn as_pre_bind(&self) -> Option<&dyn PreBindPlugin> {
         Some(self)
     }
+    fn as_post_filter(&self) -> Option<&dyn PostFilterPlugin> {
+        Some(self)
+    }
+    fn as_pre_score(&self) -> Option<&dyn PreScorePlugin> {
+        Some(self)
+    }
+    fn as_score(&self) -> Option<&dyn ScorePlugin> {
+        Some(self)
+    }
 }
 
 impl PreEnqueuePlugin for DynamicResources {
@@ -297,6 +330,8 @@ impl PreFilterPlugin for DynamicResources {
                 prepared,
                 allocations: vec![None; n],
                 reserved_in_api: Arc::default(),
+                unavailable: Arc::default(),
+                node_allocations: Arc::default(),
             },
         );
         (None, Status::Success)
@@ -325,19 +360,34 @@ impl FilterPlugin for DynamicResources {
         let Some(s) = state.read::<State>(STATE_KEY) else {
             return Status::Success;
         };
-        let unavailable = s.available_on.iter().any(|sel| {
-            sel.as_ref()
-                .is_some_and(|sel| !node_selector_matches(sel, node))
-        });
-        match self.allocate_on(s, node) {
-            Err(e) => return Status::Error(e),
-            Ok(None) => return Status::UnschedulableAndUnresolvable(ERR_CANNOT_ALLOCATE.into()),
-            Ok(Some(_)) => {}
-        }
-        if unavailable {
+        let unavailable: Vec<usize> = s
+            .available_on
+            .iter()
+            .enumerate()
+            .filter(|(_, sel)| {
+                sel.as_ref()
+                    .is_some_and(|sel| !node_selector_matches(sel, node))
+            })
+            .map(|(i, _)| i)
+            .collect();
+        if !unavailable.is_empty() {
+            if let Ok(mut u) = s.unavailable.lock() {
+                u.extend(unavailable);
+            }
             return Status::UnschedulableAndUnresolvable(ERR_NOT_AVAILABLE.into());
         }
-        Status::Success
+        match self.allocate_on(s, node) {
+            Err(e) => Status::Error(e),
+            Ok(None) => Status::UnschedulableAndUnresolvable(ERR_CANNOT_ALLOCATE.into()),
+            Ok(Some(results)) => {
+                if s.prepared.is_some() {
+                    if let Ok(mut m) = s.node_allocations.lock() {
+                        m.insert(node.name().to_string(), Arc::new(results));
+                    }
+                }
+                Status::Success
+            }
+        }
     }
 }
 
@@ -352,11 +402,20 @@ impl ReservePlugin for DynamicResources {
         if s.prepared.is_none() {
             return Status::Success;
         }
-        // Filter's answer is recomputed for the chosen node only (upstream keeps every node's).
-        let results = match self.allocate_on(s, &ni) {
-            Err(e) => return Status::Error(e),
-            Ok(None) => return Status::Unschedulable(ERR_CANNOT_ALLOCATE.into()),
-            Ok(Some(r)) => r,
+        // Filter's answer for the node; recomputed if Filter did not run there (a nominated
+        // node's, or a caller that skipped it).
+        let stored = s
+            .node_allocations
+            .lock()
+            .ok()
+            .and_then(|m| m.get(node).cloned());
+        let results = match stored {
+            Some(r) => (*r).clone(),
+            None => match self.allocate_on(s, &ni) {
+                Err(e) => return Status::Error(e),
+                Ok(None) => return Status::Unschedulable(ERR_CANNOT_ALLOCATE.into()),
+                Ok(Some(r)) => r,
+            },
         };
         let Some(s) = state.read_mut::<State>(STATE_KEY) else {
             return Status::Success;
@@ -538,6 +597,20 @@ impl PreBindPlugin for DynamicResources {
                 return Status::Error("no API client".into());
             };
             let (_, _, uid) = pod_ref(pod);
+            let needed = s
+                .claims
+                .iter()
+                .enumerate()
+                .any(|(i, c)| s.allocations[i].is_some() || !reserved_for_pod(c, &uid));
+            // See the module docs: the writes of a bounded number of pods at a time.
+            let _slot = if needed {
+                match self.writes.clone().acquire_owned().await {
+                    Ok(p) => Some(p),
+                    Err(_) => return Status::Error("scheduler shutting down".into()),
+                }
+            } else {
+                None
+            };
             for (i, claim) in s.claims.iter().enumerate() {
                 let alloc = s.allocations[i].as_ref();
                 if alloc.is_none() && reserved_for_pod(claim, &uid) {
@@ -564,5 +637,137 @@ impl PreBindPlugin for DynamicResources {
             Status::Success
         }
         .boxed()
+    }
+}
+
+impl PostFilterPlugin for DynamicResources {
+    /// Upstream's PostFilter: an allocated claim that some node could not reach and that no other
+    /// pod holds is deallocated, so that the next attempt can allocate it where the pod fits.
+    fn post_filter(
+        &self,
+        state: &CycleState,
+        pod: &Pod,
+        _statuses: &NodeToStatus,
+        _framework: &Framework,
+    ) -> (PostFilterResult, Status) {
+        let none = PostFilterResult::default();
+        let Some(s) = state
+            .read::<State>(STATE_KEY)
+            .filter(|s| !s.claims.is_empty())
+        else {
+            return (none, Status::Unschedulable(MSG_NO_CLAIMS.into()));
+        };
+        let (_, _, uid) = pod_ref(pod);
+        let unavailable: Vec<usize> = s
+            .unavailable
+            .lock()
+            .map(|u| u.iter().copied().collect())
+            .unwrap_or_default();
+        for i in unavailable {
+            let Some(claim) = s.claims.get(i) else {
+                continue;
+            };
+            if !deallocatable(claim, &uid) {
+                continue;
+            }
+            self.deallocate(claim);
+            return (none, Status::Unschedulable(MSG_DEALLOCATED.into()));
+        }
+        (
+            none,
+            Status::Unschedulable(MSG_STILL_NOT_SCHEDULABLE.into()),
+        )
+    }
+}
+
+/// Whether PostFilter may deallocate the claim: reserved for nobody, or only for this pod.
+fn deallocatable(claim: &ResourceClaim, uid: &str) -> bool {
+    let reserved = claim
+        .status
+        .as_ref()
+        .and_then(|s| s.reserved_for.as_deref())
+        .unwrap_or_default();
+    allocation(claim).is_some()
+        && (reserved.is_empty() || (reserved.len() == 1 && reserved[0].uid == uid))
+}
+
+/// The claim with its allocation, reservations and device status cleared (what PostFilter writes).
+fn deallocated(claim: &ResourceClaim) -> ResourceClaim {
+    let mut claim = claim.clone();
+    if let Some(st) = claim.status.as_mut() {
+        st.reserved_for = None;
+        st.allocation = None;
+        st.devices = None;
+    }
+    claim
+}
+
+impl DynamicResources {
+    /// Writes the deallocation in the background (PostFilter is synchronous); a conflict means
+    /// the claim changed since this cycle read it, and the claim event that caused it requeues
+    /// the pod anyway.
+    fn deallocate(&self, claim: &ResourceClaim) {
+        let (Some(client), Ok(rt)) = (
+            self.handle.client.clone(),
+            tokio::runtime::Handle::try_current(),
+        ) else {
+            return;
+        };
+        let claim = deallocated(claim);
+        let writes = self.writes.clone();
+        rt.spawn(async move {
+            let Ok(_slot) = writes.acquire_owned().await else {
+                return;
+            };
+            let ns = claim.metadata.namespace.clone().unwrap_or_default();
+            let name = claim.metadata.name.clone().unwrap_or_default();
+            let api: Api<ResourceClaim> = Api::namespaced(client, &ns);
+            if let Err(e) = api
+                .replace_status(&name, &PostParams::default(), &claim)
+                .await
+            {
+                tracing::warn!(claim = %format!("{ns}/{name}"), error = %e, "deallocating the claim");
+            }
+        });
+    }
+}
+
+impl PreScorePlugin for DynamicResources {
+    /// Nothing to rank unless a claim to allocate has a `firstAvailable` request.
+    fn pre_score(&self, state: &mut CycleState, _pod: &Pod, _nodes: &[Arc<NodeInfo>]) -> Status {
+        let Some(s) = state.read::<State>(STATE_KEY) else {
+            return Status::Skip;
+        };
+        let ranked = s
+            .to_allocate
+            .iter()
+            .any(|&i| scoring::has_first_available(&s.claims[i]));
+        if ranked {
+            Status::Success
+        } else {
+            Status::Skip
+        }
+    }
+}
+
+impl ScorePlugin for DynamicResources {
+    fn score(&self, state: &CycleState, _pod: &Pod, node: &NodeInfo) -> i64 {
+        let Some(s) = state.read::<State>(STATE_KEY) else {
+            return 0;
+        };
+        let Some(results) = s
+            .node_allocations
+            .lock()
+            .ok()
+            .and_then(|m| m.get(node.name()).cloned())
+        else {
+            return 0;
+        };
+        let claims = s.to_allocate.iter().map(|&i| s.claims[i].as_ref());
+        scoring::score(claims, &results)
+    }
+
+    fn normalize(&self, _state: &CycleState, _pod: &Pod, scores: &mut [i64]) {
+        scoring::normalize(scores);
     }
 }

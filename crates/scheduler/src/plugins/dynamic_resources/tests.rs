@@ -471,3 +471,164 @@ fn incomplete_pools_and_generations() {
         .incomplete
         .contains(&(DRIVER.to_string(), "n2".to_string())));
 }
+
+#[test]
+fn post_filter_deallocates_a_claim_reserved_for_nobody() {
+    let mut objs = base();
+    let allocated = |name: &str, reserved: Value| {
+        let mut c = claim(name, exactly("gpu", 1));
+        c["status"] = json!({"allocation": {
+            "devices": {"results": [{"request": "req", "driver": DRIVER, "pool": "n9", "device": "gpu-0"}]},
+            "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+                {"key": "metadata.name", "operator": "In", "values": ["n9"]}]}]}},
+            "reservedFor": reserved});
+        c
+    };
+    objs.push(allocated("free", json!([])));
+    objs.push(allocated(
+        "held",
+        json!([{"resource": "pods", "name": "o", "uid": "uid-o"}]),
+    ));
+    let pl = DynamicResources::new(handle(&objs));
+    let fw = Framework::new(
+        "test",
+        Handle::default(),
+        Arc::new(crate::queue::Nominator::default()),
+    );
+    let statuses = NodeToStatus::new();
+    for (claim_name, want) in [
+        ("free", MSG_DEALLOCATED),
+        ("held", MSG_STILL_NOT_SCHEDULABLE),
+    ] {
+        let p = pod("p", claim_name);
+        let (_, out, state) = run(&pl, &p);
+        assert!(out.iter().all(|(_, s)| !s.is_success()), "{out:?}");
+        let (_, st) = pl.post_filter(&state, &p, &statuses, &fw);
+        assert_eq!(st, Status::Unschedulable(want.into()), "{claim_name}");
+    }
+    // A pod without claims (PreFilter skipped), as upstream words it in every FailedScheduling.
+    let p: Pod = serde_json::from_value(json!({"metadata": {"name": "x", "namespace": "default"},
+        "spec": {"containers": [{"name": "c"}]}}))
+    .unwrap();
+    let (_, _, state) = run(&pl, &p);
+    let (_, st) = pl.post_filter(&state, &p, &statuses, &fw);
+    assert_eq!(st, Status::Unschedulable(MSG_NO_CLAIMS.into()));
+    // What the deallocation writes: no allocation, no reservations, no device status.
+    let c: ResourceClaim = {
+        let mut v = allocated("free", json!([]));
+        v.as_object_mut().unwrap().remove("kind");
+        serde_json::from_value(v).unwrap()
+    };
+    assert!(deallocatable(&c, "uid-p"));
+    let d = deallocated(&c);
+    let st = d.status.unwrap();
+    assert!(st.allocation.is_none() && st.reserved_for.is_none() && st.devices.is_none());
+}
+
+#[test]
+fn score_prefers_earlier_subrequests_and_reserve_takes_filters_allocation() {
+    let mut objs = base();
+    // n1 has 2 devices, n2 has 4: "four" fits n2 only, "two" fits both.
+    objs.push(claim(
+        "fa",
+        json!([{"name": "req", "firstAvailable": [
+            {"name": "four", "deviceClassName": "gpu", "count": 4},
+            {"name": "two", "deviceClassName": "gpu", "count": 2}]}]),
+    ));
+    objs.push(claim("plain", exactly("gpu", 1)));
+    let pl = DynamicResources::new(handle(&objs));
+    let p = pod("p", "fa");
+    let (_, out, mut state) = run(&pl, &p);
+    assert!(out.iter().all(|(_, s)| s.is_success()));
+    let ns: Vec<Arc<crate::framework::NodeInfo>> = nodes().into_iter().map(Arc::new).collect();
+    assert!(pl.pre_score(&mut state, &p, &ns).is_success());
+    let mut scores: Vec<i64> = ns.iter().map(|n| pl.score(&state, &p, n)).collect();
+    assert_eq!(scores, [7, 8]);
+    pl.normalize(&state, &p, &mut scores);
+    assert_eq!(scores, [87, 100]);
+    assert!(pl.reserve(&mut state, &p, "n2").is_success());
+    let s = state.read::<State>(STATE_KEY).unwrap();
+    let results = s.allocations[0].as_ref().unwrap().devices.as_ref().unwrap();
+    assert_eq!(results.results.as_ref().unwrap().len(), 4);
+    pl.unreserve(&mut state, &p, "n2");
+    // Nothing to rank without firstAvailable.
+    let p = pod("q", "plain");
+    let (_, _, mut state) = run(&pl, &p);
+    assert_eq!(pl.pre_score(&mut state, &p, &ns), Status::Skip);
+}
+
+/// A kube client whose API server answers every claim write with the claim it was sent, after
+/// a pause, counting the requests in flight.
+fn counting_client(
+    in_flight: Arc<std::sync::atomic::AtomicUsize>,
+    peak: Arc<std::sync::atomic::AtomicUsize>,
+) -> kube::Client {
+    use std::sync::atomic::Ordering;
+    let svc = tower::service_fn(move |req: http::Request<kube::client::Body>| {
+        let (in_flight, peak) = (in_flight.clone(), peak.clone());
+        async move {
+            let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+            peak.fetch_max(now, Ordering::SeqCst);
+            let body = http_body_util_collect(req.into_body()).await;
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            in_flight.fetch_sub(1, Ordering::SeqCst);
+            Ok::<_, std::convert::Infallible>(
+                http::Response::builder()
+                    .status(200)
+                    .header("content-type", "application/json")
+                    .body(kube::client::Body::from(body))
+                    .unwrap(),
+            )
+        }
+    });
+    kube::Client::new(svc, "default")
+}
+
+async fn http_body_util_collect(body: kube::client::Body) -> Vec<u8> {
+    use http_body_util::BodyExt;
+    body.collect()
+        .await
+        .map(|c| c.to_bytes().to_vec())
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pre_bind_writes_of_a_bounded_number_of_pods_at_once() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let pods = MAX_IN_FLIGHT * 3;
+    let mut objs = vec![class("gpu", None), slice("n1", pods)];
+    for i in 0..pods {
+        let mut c = claim(&format!("c{i}"), exactly("gpu", 1));
+        // With the finalizer already there, each pod's PreBind is one status write.
+        c["metadata"]["finalizers"] = json!([FINALIZER]);
+        objs.push(c);
+    }
+    let (in_flight, peak) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let mut h = handle(&objs);
+    h.client = Some(counting_client(in_flight.clone(), peak.clone()));
+    let pl = Arc::new(DynamicResources::new(h));
+    let ns = vec![labeled_node("n1", json!({}))];
+    let mut states = Vec::new();
+    for i in 0..pods {
+        let p = pod(&format!("p{i}"), &format!("c{i}"));
+        let mut state = st_of(&ns);
+        assert!(pl.pre_filter(&mut state, &p).1.is_success());
+        assert!(pl.filter(&state, &p, &ns[0]).is_success());
+        assert!(pl.reserve(&mut state, &p, "n1").is_success(), "{i}");
+        states.push((p, state));
+    }
+    let tasks: Vec<_> = states
+        .into_iter()
+        .map(|(p, state)| {
+            let pl = pl.clone();
+            tokio::spawn(async move { pl.pre_bind(&state, &p, "n1").await })
+        })
+        .collect();
+    for t in tasks {
+        let st = t.await.unwrap();
+        assert!(st.is_success(), "{st:?}");
+    }
+    let peak = peak.load(Ordering::SeqCst);
+    assert!(peak <= MAX_IN_FLIGHT, "{peak} writes in flight");
+    assert!(peak > 1, "the writes of several pods overlap");
+}

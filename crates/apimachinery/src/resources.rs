@@ -188,7 +188,8 @@ const BUILTIN: &[Spec] = &[
         &["pv"],
         &["status"],
     ),
-    all(s(
+    // Pods have a generation since 1.33 (PodObservedGenerationTracking, GA in 1.35).
+    all(gen(s(
         "",
         "Pod",
         "pods",
@@ -207,7 +208,7 @@ const BUILTIN: &[Spec] = &[
             "resize",
             "status",
         ],
-    )),
+    ))),
     s("", "PodTemplate", "podtemplates", NS, &[], &[]),
     // Computed on each read from the health of storage and the components, never stored.
     verbs(

@@ -456,7 +456,11 @@ const UPDATABLE_POD_SPEC_FIELDS: [&str; 5] = [
     "`spec.terminationGracePeriodSeconds` (allow it to be set to 1 if it was previously negative)",
 ];
 
-fn validate_container_updates(new: &[Value], old: &[Value], path: &FieldPath) -> (ErrorList, bool) {
+pub(super) fn validate_container_updates(
+    new: &[Value],
+    old: &[Value],
+    path: &FieldPath,
+) -> (ErrorList, bool) {
     if new.len() != old.len() {
         return (
             vec![FieldError::forbidden(

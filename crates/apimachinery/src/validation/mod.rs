@@ -36,6 +36,7 @@ mod core;
 mod core_container;
 mod core_pod;
 mod core_pod_ephemeral;
+mod core_pod_resize;
 mod core_quota;
 mod core_scheduling;
 mod core_service;
@@ -150,6 +151,11 @@ pub fn validate_create(group: &str, kind: &str, obj: &Value) -> ErrorList {
             meta::validate_object_meta(obj, NameRule::Subdomain, is_builtin_group(group))
         }),
     }
+}
+
+/// Validates a `pods/resize` update of `old` to `new` (upstream `ValidatePodResize`).
+pub fn validate_pod_resize(new: &Value, old: &Value) -> ErrorList {
+    core_pod_resize::validate_pod_resize(new, old)
 }
 
 /// Validates a `pods/ephemeralcontainers` update of `old` to `new` (upstream

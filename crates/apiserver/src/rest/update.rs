@@ -170,12 +170,16 @@ async fn attempt(
         };
         fieldmanager::on_update(&operation(ctx, tracked, manager, &now), &old, &mut new)?;
     }
-    let mut errors = apimachinery::validation::validate_update(
-        &ctx.resource.group,
-        &ctx.resource.kind,
-        &new,
-        &old,
-    );
+    let mut errors = if sub == Some("resize") {
+        apimachinery::validation::validate_pod_resize(&new, &old)
+    } else {
+        apimachinery::validation::validate_update(
+            &ctx.resource.group,
+            &ctx.resource.kind,
+            &new,
+            &old,
+        )
+    };
     if sub == Some("ephemeralcontainers") {
         errors = apimachinery::validation::validate_pod_ephemeral_containers_update(&new, &old);
     }

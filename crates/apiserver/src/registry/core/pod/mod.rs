@@ -68,11 +68,18 @@ impl Strategy for PodStrategy {
     }
 }
 
-/// `resize`: the spec from the request, everything else as stored (`ephemeralcontainers`: see
-/// [`ephemeral`]).
+/// `resize`: the spec from the request, everything else as stored; the generation moves when the
+/// spec changed (upstream's pod resize strategy; `ephemeralcontainers`: see [`ephemeral`]).
 pub fn prepare_for_spec_subresource(new: &Value, old: &Value) -> Value {
     let mut merged = old.clone();
     merged["spec"] = new.get("spec").cloned().unwrap_or(Value::Null);
+    if merged.get("spec") != old.get("spec") {
+        let generation = objects::meta(old)
+            .and_then(|m| m.get("generation"))
+            .and_then(Value::as_i64)
+            .unwrap_or(1);
+        objects::set_meta(&mut merged, "generation", json!(generation + 1));
+    }
     merged
 }
 
@@ -212,6 +219,9 @@ mod tests {
         let new = json!({"metadata": {"name": "p"}, "spec": {"x": 2}, "status": {}});
         let merged = prepare_for_spec_subresource(&new, &old);
         assert_eq!(merged["spec"]["x"], 2);
+        assert_eq!(merged["metadata"]["generation"], 2);
+        let same = prepare_for_spec_subresource(&old, &old);
+        assert!(same["metadata"].get("generation").is_none());
         assert_eq!(merged["status"]["phase"], "Running");
         assert_eq!(merged["metadata"]["labels"]["a"], "b");
     }

@@ -4,7 +4,12 @@
 //! Differences from upstream, on purpose:
 //! - One store watch on the whole key space feeds the caches of every resource, so each cache knows the
 //!   global revision it has caught up to even when its own resource is idle. Consistent lists wait until
-//!   the caches have seen the store's current revision, then read memory.
+//!   the caches have seen the store's current revision, then read memory (upstream's
+//!   ConsistentListFromCache). Writes the watch does not see (keys outside the prefix, another program
+//!   on the same etcd, upstream's `compact_rev_key`) move that revision too: while someone waits, the
+//!   store watch is asked for progress every 100 ms (upstream's `progress` requester), and its answer
+//!   moves the caches' revision. A store that cannot answer (etcd before 3.4.31/3.5.13) gets a short
+//!   wait instead ([`CacheSet::wait_consistent`]), after which lists read the store.
 //! - Each object is kept as the JSON bytes served to clients; an event's watch frame is built once, on
 //!   first use, and the same bytes go to every watcher (upstream's `cachingObject`).
 //! - A watch from a revision older than the in-memory window is served by a direct store watch rather
@@ -17,7 +22,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
-use storage::{EventKind, ListOptions, Store};
+use storage::{EventKind, ListOptions, ProgressRequester, Store, WatchItem};
 use tokio::sync::mpsc;
 
 use crate::filter::{Attrs, Filter};
@@ -30,6 +35,13 @@ const RING_CAPACITY: usize = 4096;
 const WATCHER_BUFFER: usize = 16_384;
 /// Keys read per page when loading the caches.
 const LOAD_PAGE: usize = 10_000;
+/// How often the store watch is asked for progress while a consistent read waits (upstream's
+/// `progressRequestPeriod`).
+const PROGRESS_PERIOD: Duration = Duration::from_millis(100);
+/// How long a consistent read waits for the caches when the store cannot report progress: long enough
+/// for events in flight, short enough that a revision moved by writes the watch never sees costs
+/// little before the caller reads the store instead.
+pub const NO_PROGRESS_WAIT: Duration = Duration::from_millis(250);
 
 /// One object version as served.
 #[derive(Debug)]
@@ -364,6 +376,65 @@ pub struct CacheSet {
     revision: tokio::sync::watch::Sender<i64>,
     /// The store's compacted revision as last reported: history before it is not served from memory.
     compacted: std::sync::atomic::AtomicI64,
+    progress: Progress,
+}
+
+/// Progress requests on demand: only while someone waits for a revision the caches have not reached.
+#[derive(Default)]
+struct Progress {
+    /// The current store watch's requester; `None` between watches or when the store has none.
+    requester: std::sync::Mutex<Option<ProgressRequester>>,
+    waiting: std::sync::atomic::AtomicUsize,
+    /// Woken when the first waiter arrives.
+    wake: tokio::sync::Notify,
+}
+
+/// Counts one waiter for as long as it lives.
+struct Waiting<'a>(&'a Progress);
+
+impl<'a> Waiting<'a> {
+    fn new(progress: &'a Progress) -> Self {
+        progress
+            .waiting
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        progress.wake.notify_one();
+        Waiting(progress)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0
+            .waiting
+            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+}
+
+impl Progress {
+    fn requester(&self) -> Option<ProgressRequester> {
+        self.requester
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn set_requester(&self, requester: Option<ProgressRequester>) {
+        *self.requester.lock().unwrap_or_else(|e| e.into_inner()) = requester;
+    }
+
+    /// Completes when a request is due: someone waits, and the last request (if any) is a period old.
+    async fn due(&self, last: Option<tokio::time::Instant>) {
+        loop {
+            let woken = self.wake.notified();
+            if self.waiting.load(std::sync::atomic::Ordering::Acquire) > 0 {
+                break;
+            }
+            woken.await;
+        }
+        if let Some(last) = last {
+            tokio::time::sleep_until(last + PROGRESS_PERIOD).await;
+        }
+    }
 }
 
 /// The storage prefix a key belongs to: `/pods/ns/x` -> `pods`; group-qualified prefixes
@@ -431,6 +502,7 @@ impl CacheSet {
             caches: RwLock::new(HashMap::new()),
             revision,
             compacted: std::sync::atomic::AtomicI64::new(0),
+            progress: Progress::default(),
         })
     }
 
@@ -485,13 +557,47 @@ impl CacheSet {
         *self.revision.borrow()
     }
 
-    /// Waits until the caches have seen `revision`, at most `timeout`. Returns whether they did.
+    /// Waits until the caches have seen `revision`, at most `timeout`, asking the store watch for
+    /// progress meanwhile. Returns whether they did.
     pub async fn wait_for(&self, revision: i64, timeout: Duration) -> bool {
         let mut rx = self.revision.subscribe();
+        if *rx.borrow_and_update() >= revision {
+            return true;
+        }
+        let _waiting = Waiting::new(&self.progress);
         tokio::time::timeout(timeout, rx.wait_for(|r| *r >= revision))
             .await
             .map(|r| r.is_ok())
             .unwrap_or(false)
+    }
+
+    /// Whether the store watch answers progress requests, so a wait for the current revision ends
+    /// as soon as the watch has caught up, whoever moved the revision.
+    pub fn reports_progress(&self) -> bool {
+        self.progress.requester().is_some()
+    }
+
+    /// [`CacheSet::wait_for`] the store's current revision, for a consistent read: at most `timeout`
+    /// when the store reports progress, else at most [`NO_PROGRESS_WAIT`] (the revision may have been
+    /// moved by writes the watch never sees). Returns whether the caches reached it.
+    pub async fn wait_consistent(&self, current: i64, timeout: Duration) -> bool {
+        let timeout = if self.reports_progress() {
+            timeout
+        } else {
+            timeout.min(NO_PROGRESS_WAIT)
+        };
+        self.wait_for(current, timeout).await
+    }
+
+    /// Moves the caches' revision forward (never back).
+    fn advance(&self, revision: i64) {
+        self.revision.send_if_modified(|current| {
+            let moved = revision > *current;
+            if moved {
+                *current = revision;
+            }
+            moved
+        });
     }
 
     pub fn subscribe_revision(&self) -> tokio::sync::watch::Receiver<i64> {
@@ -559,16 +665,54 @@ impl CacheSet {
             );
         }
         self.revision.send_replace(revision);
-        let mut stream = store.watch("/", revision).await?;
-        while let Some(item) = stream.next().await {
-            let event = item?;
-            let rv = event.revision();
-            if let Some(storage) = storage_of(&event.kv.key) {
-                self.ensure_storage(storage).apply(&event);
+        let watch = store.watch_progress("/", revision).await?;
+        let mut stream = watch.stream;
+        self.progress.set_requester(watch.requester.clone());
+        let result = self.follow(&mut stream, watch.requester).await;
+        self.progress.set_requester(None);
+        result
+    }
+
+    /// Applies the store watch's events, and asks it for progress while someone waits.
+    async fn follow(
+        &self,
+        stream: &mut storage::ProgressWatchStream,
+        requester: Option<ProgressRequester>,
+    ) -> Result<(), storage::Error> {
+        let mut last_request = None;
+        loop {
+            let (progress, asks, last) = (&self.progress, requester.is_some(), last_request);
+            let due = async move {
+                if asks {
+                    progress.due(last).await
+                } else {
+                    std::future::pending().await
+                }
+            };
+            let item = tokio::select! {
+                biased;
+                item = stream.next() => item,
+                () = due => {
+                    if let Some(requester) = &requester {
+                        requester.request();
+                    }
+                    last_request = Some(tokio::time::Instant::now());
+                    continue;
+                }
+            };
+            match item {
+                None => return Err(storage::Error::Closed),
+                Some(Err(e)) => return Err(e),
+                Some(Ok(WatchItem::Event(event))) => {
+                    if let Some(storage) = storage_of(&event.kv.key) {
+                        self.ensure_storage(storage).apply(&event);
+                    }
+                    self.advance(event.revision());
+                }
+                // Every event up to it is applied: the caches are as current as the store was then.
+                Some(Ok(WatchItem::Progress(revision))) => self.advance(revision),
             }
-            self.revision.send_replace(rv);
         }
-        Err(storage::Error::Closed)
     }
 }
 
@@ -589,117 +733,5 @@ mod tests {
 }
 
 #[cfg(test)]
-mod cache_tests {
-    use super::*;
-    use bytes::Bytes;
-    use storage::{Event, KeyValue};
-
-    fn put(key: &str, labels: &str, rv: i64, prev: Option<(&str, i64)>) -> Event {
-        let obj = |l: &str| {
-            Bytes::from(format!(
-                r#"{{"apiVersion":"v1","kind":"ConfigMap","metadata":{{"name":"{}","namespace":"ns","labels":{{"app":"{l}"}}}}}}"#,
-                key.rsplit('/').next().unwrap()
-            ))
-        };
-        Event {
-            kind: EventKind::Put,
-            kv: KeyValue {
-                key: key.into(),
-                value: obj(labels),
-                create_revision: rv,
-                mod_revision: rv,
-            },
-            prev: prev.map(|(l, r)| KeyValue {
-                key: key.into(),
-                value: obj(l),
-                create_revision: r,
-                mod_revision: r,
-            }),
-        }
-    }
-
-    fn filter(sel: &str) -> Filter {
-        Filter::new("", "configmaps", None, Some(sel), None).unwrap()
-    }
-
-    #[test]
-    fn selection_transitions_become_added_and_deleted() {
-        let cache = WatchCache::new("configmaps", "", "configmaps");
-        let sub = cache
-            .subscribe(filter("app=a"), WatchStart::After(0), 0)
-            .ok()
-            .unwrap();
-        let mut live = sub.live;
-        cache.apply(&put("/configmaps/ns/x", "a", 2, None));
-        cache.apply(&put("/configmaps/ns/x", "b", 3, Some(("a", 2))));
-        cache.apply(&put("/configmaps/ns/x", "a", 4, Some(("b", 3))));
-        let kinds: Vec<EventType> = std::iter::from_fn(|| live.try_recv().ok())
-            .map(|(_, t)| t)
-            .collect();
-        assert_eq!(
-            kinds,
-            [EventType::Added, EventType::Deleted, EventType::Added]
-        );
-        let frame = cache.read().ring[1].json_frame(EventType::Deleted);
-        let v: serde_json::Value = serde_json::from_slice(&frame).unwrap();
-        assert_eq!(v["type"], "DELETED");
-        assert_eq!(v["object"]["metadata"]["resourceVersion"], "3");
-    }
-
-    #[test]
-    fn replay_from_the_ring_and_too_old_outside_it() {
-        let cache = WatchCache::new("configmaps", "", "configmaps");
-        cache.reset(BTreeMap::new(), 1);
-        for rv in 2..10 {
-            cache.apply(&put(&format!("/configmaps/ns/o{rv}"), "a", rv, None));
-        }
-        let sub = cache
-            .subscribe(filter("app=a"), WatchStart::After(5), 9)
-            .ok()
-            .unwrap();
-        let replayed: Vec<i64> = sub.initial.iter().map(|(e, _)| e.rv).collect();
-        assert_eq!(replayed, [6, 7, 8, 9]);
-        let initial = cache
-            .subscribe(Filter::default(), WatchStart::InitialState, 9)
-            .ok()
-            .unwrap();
-        assert_eq!(initial.initial.len(), 8);
-        assert!(initial.initial.iter().all(|(_, t)| *t == EventType::Added));
-        assert!(matches!(
-            cache.subscribe(Filter::default(), WatchStart::After(0), 9),
-            Err(SubscribeError::TooOld)
-        ));
-    }
-
-    #[test]
-    fn a_watcher_that_stops_reading_is_dropped_not_waited_for() {
-        let cache = WatchCache::new("configmaps", "", "configmaps");
-        let slow = cache
-            .subscribe(Filter::default(), WatchStart::After(0), 0)
-            .ok()
-            .unwrap();
-        let fast = cache
-            .subscribe(Filter::default(), WatchStart::After(0), 0)
-            .ok()
-            .unwrap();
-        let mut fast_live = fast.live;
-        let mut received = 0;
-        for rv in 2..(WATCHER_BUFFER as i64 + 10) {
-            cache.apply(&put(&format!("/configmaps/ns/o{}", rv % 7), "a", rv, None));
-            while fast_live.try_recv().is_ok() {
-                received += 1;
-            }
-        }
-        assert_eq!(
-            received,
-            WATCHER_BUFFER + 8,
-            "the reading watcher got every event"
-        );
-        assert_eq!(
-            cache.read().watchers.len(),
-            1,
-            "the full watcher was closed"
-        );
-        drop(slow);
-    }
-}
+#[path = "watch_cache_tests.rs"]
+mod cache_tests;

@@ -214,12 +214,45 @@ impl Store for EncryptingStore {
         })))
     }
 
+    async fn watch_progress(
+        &self,
+        prefix: &str,
+        from_revision: Revision,
+    ) -> Result<storage::ProgressWatch> {
+        let watch = self.inner.watch_progress(prefix, from_revision).await?;
+        let codec = self.codec.clone();
+        Ok(storage::ProgressWatch {
+            stream: Box::pin(watch.stream.map(move |item| {
+                item.map(|item| match item {
+                    storage::WatchItem::Event(event) => storage::WatchItem::Event(Event {
+                        kv: match event.kind {
+                            EventKind::Delete => event.kv,
+                            EventKind::Put => codec.decrypt_lenient(event.kv),
+                        },
+                        prev: event.prev.map(|kv| codec.decrypt_lenient(kv)),
+                        kind: event.kind,
+                    }),
+                    progress => progress,
+                })
+            })),
+            requester: watch.requester,
+        })
+    }
+
     async fn current_revision(&self) -> Result<Revision> {
         self.inner.current_revision().await
     }
 
     async fn compact(&self, revision: Revision) -> Result<()> {
         self.inner.compact(revision).await
+    }
+
+    // The backend's own rounds: on etcd they are coordinated with the other servers.
+    async fn compact_round(
+        &self,
+        state: storage::CompactionState,
+    ) -> Result<storage::CompactionRound> {
+        self.inner.compact_round(state).await
     }
 
     async fn count(&self, prefix: &str) -> Result<i64> {

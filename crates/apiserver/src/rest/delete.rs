@@ -289,11 +289,28 @@ pub async fn delete_collection(ctx: &Ctx<'_>, body: Bytes) -> Result<Response<Bo
         .current_revision()
         .await
         .map_err(storage_error)?;
-    ctx.api
+    let targets = if ctx
+        .api
         .caches
-        .wait_for(current, super::list::CACHE_WAIT)
-        .await;
-    let targets = ctx.cache().list(&ctx.list_prefix(), &filter);
+        .wait_consistent(current, super::list::CACHE_WAIT)
+        .await
+    {
+        ctx.cache().list(&ctx.list_prefix(), &filter)
+    } else {
+        // The cache is behind or cannot tell: the store's current objects.
+        let cache = ctx.cache();
+        let page = ctx
+            .api
+            .store
+            .list(storage::ListOptions::prefix(&ctx.list_prefix()))
+            .await
+            .map_err(storage_error)?;
+        page.items
+            .iter()
+            .filter_map(|kv| cache.make_object(&kv.value, kv.mod_revision))
+            .filter(|obj| filter.matches(&obj.attrs))
+            .collect()
+    };
     let mut items = Vec::new();
     for obj in targets {
         let (ns, name) = (obj.attrs.namespace.clone(), obj.attrs.name.clone());

@@ -211,9 +211,16 @@ async fn run(ctx: &Ctx<'_>) -> Result<Response<Body>, Stop> {
 /// A whole list from the watch cache, once it has reached the revision the list needs.
 async fn from_cache(ctx: &Ctx<'_>, filter: &Filter, rv: &str, rv_num: i64) -> Result<Page, Stop> {
     let target = ctx.cache_target(rv, rv_num).await?;
-    if !ctx.api.caches.wait_for(target, CACHE_WAIT).await {
+    let caches = &ctx.api.caches;
+    let reached = if rv.is_empty() {
+        caches.wait_consistent(target, CACHE_WAIT).await
+    } else {
+        caches.wait_for(target, CACHE_WAIT).await
+    };
+    if !reached {
         if rv.is_empty() {
-            // The cache is behind: read the store instead of failing.
+            // The cache is behind (or cannot tell, without progress notifications): read the store
+            // instead of failing, as upstream falls back to etcd.
             return from_store(ctx, filter, None, Start::beginning(None)).await;
         }
         return Err(ApiError::too_large_resource_version(target, ctx.api.caches.revision()).into());

@@ -56,7 +56,16 @@ pub async fn watch(ctx: &Ctx<'_>) -> Result<Response<Body>, ApiError> {
 
     let caches = &ctx.api.caches;
     let target = ctx.cache_target(rv, rv_num).await?;
-    if !caches.wait_for(target, CACHE_WAIT).await {
+    let reached = if rv.is_empty() {
+        caches.wait_consistent(target, CACHE_WAIT).await
+    } else {
+        caches.wait_for(target, CACHE_WAIT).await
+    };
+    // Without progress notifications a revision moved by writes the cache never sees cannot be
+    // told from events in flight: a watch from "now" then starts at the cache's state, and any event
+    // in flight follows as a live one (upstream, on such an etcd, watches etcd directly).
+    let may_start_behind = rv.is_empty() && !caches.reports_progress();
+    if !reached && !may_start_behind {
         return Err(ApiError::too_large_resource_version(
             target,
             caches.revision(),

@@ -6,7 +6,8 @@
 //!
 //! Choice: the current server first, then the other servers in list order after it; servers known
 //! to be down go last (tried only when none is known up, as k3s falls back to any server). A dial
-//! that fails marks its server down at once; a periodic TCP health check marks servers up or down.
+//! that fails marks its server down at once; a periodic health check (the caller's, e.g. an HTTPS
+//! `/readyz`, else a TCP dial) marks servers up or down.
 //! When a server goes down, the connections forwarded to it are closed, so long-running requests
 //! (watches) end and their clients reconnect through the balancer to a live server instead of
 //! hanging on a half-dead peer.
@@ -15,7 +16,10 @@
 //! dialed, the balancer's loopback address, so API server certificates must carry `127.0.0.1`
 //! (rkube's always do, as k3s's).
 
+use std::collections::HashMap;
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -78,8 +82,48 @@ fn authority(url: &str) -> Result<String, ServerListError> {
     Ok(format!("{host}:{port}"))
 }
 
+/// A health check of one server (`host:port`): true when it is fit to serve. The balancer bounds
+/// it with [`Options::health_timeout`].
+pub type HealthCheck =
+    Arc<dyn Fn(String) -> Pin<Box<dyn Future<Output = bool> + Send>> + Send + Sync>;
+
+/// Upstream's readiness probe of each server: `GET /readyz` answered `ok`, with the process's
+/// credentials, verified against the name clients of the balancer verify (the kubeconfig's
+/// `tls-server-name`, else `127.0.0.1`), so a server that is up but hung or not ready (or whose
+/// certificate clients would refuse) stops getting connections. Each check waits at most 2 s.
+pub fn readyz_check(config: &kube::Config) -> HealthCheck {
+    let config = config.clone();
+    let client_for = move |addr: &str| -> Result<kube::Client, String> {
+        let mut c = config.clone();
+        c.cluster_url = format!("https://{addr}")
+            .parse()
+            .map_err(|e| format!("--server {addr}: {e}"))?;
+        c.tls_server_name
+            .get_or_insert_with(|| "127.0.0.1".to_string());
+        c.read_timeout = Some(Duration::from_secs(2));
+        kube::Client::try_from(c).map_err(|e| format!("--server {addr}: {e}"))
+    };
+    // One client per server, made on its first check (the list can change).
+    let clients = Mutex::new(HashMap::new());
+    Arc::new(move |addr: String| {
+        let client = clients
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(addr.clone())
+            .or_insert_with(|| client_for(&addr))
+            .clone();
+        Box::pin(async move {
+            let Ok(client) = client else { return false };
+            let Ok(request) = http::Request::get("/readyz").body(Vec::new()) else {
+                return false;
+            };
+            matches!(client.request_text(request).await, Ok(body) if body.trim() == "ok")
+        })
+    })
+}
+
 /// Timings and limits of a [`LoadBalancer`].
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct Options {
     /// Connections forwarded at once; more wait in the listener's backlog.
     pub max_connections: usize,
@@ -87,8 +131,13 @@ pub struct Options {
     pub dial_timeout: Duration,
     /// How often every server is health-checked (a TCP dial).
     pub health_interval: Duration,
-    /// How long a health check's dial may take.
+    /// How long a health check may take; longer counts as a failure.
     pub health_timeout: Duration,
+    /// The check; `None`: a TCP dial (which a hung but listening server passes).
+    pub health_check: Option<HealthCheck>,
+    /// Failed checks in a row that mark a server down: one slow answer on a loaded machine must
+    /// not close every connection of a healthy server. (A refused dial marks it down at once.)
+    pub health_failures: u32,
 }
 
 impl Default for Options {
@@ -98,6 +147,8 @@ impl Default for Options {
             dial_timeout: Duration::from_secs(3),
             health_interval: Duration::from_secs(1),
             health_timeout: Duration::from_secs(2),
+            health_check: None,
+            health_failures: 2,
         }
     }
 }
@@ -106,6 +157,8 @@ impl Default for Options {
 struct Server {
     addr: String,
     up: bool,
+    /// Failed health checks in a row.
+    failed: u32,
     conns: CancellationToken,
 }
 
@@ -123,6 +176,7 @@ impl Pool {
                 .map(|addr| Server {
                     addr,
                     up: true,
+                    failed: 0,
                     conns: CancellationToken::new(),
                 })
                 .collect(),
@@ -149,6 +203,21 @@ impl Pool {
 
     /// `addr` is up (`true`) or down; going down closes its connections and, if it was the
     /// current server, moves on to the next one believed up.
+    /// A health check's result: down after `needed` failures in a row, up at the first success.
+    fn checked(&mut self, addr: &str, up: bool, needed: u32) {
+        let Some(server) = self.servers.iter_mut().find(|s| s.addr == addr) else {
+            return;
+        };
+        server.failed = if up {
+            0
+        } else {
+            server.failed.saturating_add(1)
+        };
+        if up || server.failed >= needed.max(1) {
+            self.mark(addr, up);
+        }
+    }
+
     fn mark(&mut self, addr: &str, up: bool) {
         let Some(i) = self.servers.iter().position(|s| s.addr == addr) else {
             return;
@@ -181,6 +250,7 @@ impl Pool {
                 None => self.servers.push(Server {
                     addr,
                     up: true,
+                    failed: 0,
                     conns: CancellationToken::new(),
                 }),
             }
@@ -360,11 +430,20 @@ async fn health_loop(shared: Arc<Shared>, stop: CancellationToken) {
         let addrs = shared.pool().addrs();
         let checks = addrs.into_iter().map(|addr| {
             let timeout = shared.options.health_timeout;
+            let check = shared.options.health_check.clone();
             async move {
-                let up = matches!(
-                    tokio::time::timeout(timeout, TcpStream::connect(&addr)).await,
-                    Ok(Ok(_))
-                );
+                let up = match check {
+                    Some(check) => {
+                        matches!(
+                            tokio::time::timeout(timeout, check(addr.clone())).await,
+                            Ok(true)
+                        )
+                    }
+                    None => matches!(
+                        tokio::time::timeout(timeout, TcpStream::connect(&addr)).await,
+                        Ok(Ok(_))
+                    ),
+                };
                 (addr, up)
             }
         });
@@ -374,7 +453,7 @@ async fn health_loop(shared: Arc<Shared>, stop: CancellationToken) {
             if was != Some(up) {
                 tracing::info!(server = %addr, up, "load balancer: health changed");
             }
-            pool.mark(&addr, up);
+            pool.checked(&addr, up, shared.options.health_failures);
         }
     }
 }
@@ -458,6 +537,21 @@ mod tests {
             p.current, 0,
             "recovery alone does not move the current server"
         );
+    }
+
+    #[test]
+    fn health_checks_need_failures_in_a_row() {
+        let mut p = pool(2);
+        p.checked("s0:6443", false, 2);
+        assert!(p.servers[0].up, "one failure is not enough");
+        p.checked("s0:6443", true, 2);
+        p.checked("s0:6443", false, 2);
+        assert!(p.servers[0].up, "a success in between starts over");
+        p.checked("s0:6443", false, 2);
+        assert!(!p.servers[0].up);
+        assert_eq!(p.current, 1);
+        p.checked("s0:6443", true, 2);
+        assert!(p.servers[0].up, "one success brings it back");
     }
 
     #[test]
@@ -572,6 +666,43 @@ mod tests {
         assert_eq!(got, "b");
         assert_eq!(lb.current().as_deref(), Some(b.as_str()));
         assert_eq!(lb.servers(), [dead_addr, a, b]);
+    }
+
+    #[tokio::test]
+    async fn a_failed_custom_check_moves_traffic_off_a_server_that_still_listens() {
+        let (a, _a_task) = echo("a").await;
+        let (b, _b_task) = echo("b").await;
+        let sick = Arc::new(Mutex::new(String::new()));
+        let check: HealthCheck = {
+            let sick = sick.clone();
+            Arc::new(move |addr: String| {
+                let up = *sick.lock().unwrap() != addr;
+                Box::pin(async move { up })
+            })
+        };
+        let options = Options {
+            health_check: Some(check),
+            ..fast()
+        };
+        let lb = LoadBalancer::start(vec![a.clone(), b.clone()], options)
+            .await
+            .unwrap();
+        let (mut held, got) = ask(&lb).await.unwrap();
+        assert_eq!(got, "a");
+        *sick.lock().unwrap() = a.clone();
+        let mut buf = [0u8; 8];
+        let closed = tokio::time::timeout(Duration::from_secs(5), async {
+            loop {
+                match held.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => {}
+                }
+            }
+        })
+        .await;
+        assert!(closed.is_ok(), "the unfit server's connection was closed");
+        let (_s, got) = ask(&lb).await.unwrap();
+        assert_eq!(got, "b");
     }
 
     #[tokio::test]

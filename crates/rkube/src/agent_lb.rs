@@ -6,7 +6,7 @@
 
 use std::path::Path;
 
-use client::loadbalancer::{server_addresses, LoadBalancer, Options};
+use client::loadbalancer::{readyz_check, server_addresses, LoadBalancer, Options};
 use tokio::sync::OnceCell;
 
 #[derive(clap::Args, Clone, Debug, Default)]
@@ -23,14 +23,18 @@ pub struct ServerFlags {
 static BALANCER: OnceCell<LoadBalancer> = OnceCell::const_new();
 
 /// The URL clients of this process use for `servers`: the only one, or the balancer's.
-async fn cluster_url(servers: &[String]) -> Result<String, String> {
+async fn cluster_url(servers: &[String], config: &kube::Config) -> Result<String, String> {
     let addrs = server_addresses(servers).map_err(|e| format!("--server: {e}"))?;
     if let [only] = servers {
         return Ok(only.trim().trim_end_matches('/').to_string());
     }
     let lb = BALANCER
         .get_or_try_init(|| async {
-            let lb = LoadBalancer::start(addrs.clone(), Options::default())
+            let options = Options {
+                health_check: Some(readyz_check(config)),
+                ..Options::default()
+            };
+            let lb = LoadBalancer::start(addrs.clone(), options)
                 .await
                 .map_err(|e| format!("cannot start the API server load balancer: {e}"))?;
             eprintln!(
@@ -66,35 +70,38 @@ pub async fn cluster_client(
             config
         }
     };
-    let url = cluster_url(&flags.servers).await?;
+    let url = cluster_url(&flags.servers, &config).await?;
     config.cluster_url = url.parse().map_err(|e| format!("--server {url:?}: {e}"))?;
     kube::Client::try_from(config).map_err(|e| format!("--server {url}: {e}"))
 }
 
 #[cfg(test)]
 mod tests {
-    use super::*;
-
     #[tokio::test]
     async fn one_server_is_used_as_is_several_go_through_one_balancer() {
+        let config = kube::Config::new("https://127.0.0.1:1".parse().unwrap());
+        let cluster_url = |servers: Vec<String>| {
+            let config = config.clone();
+            async move { super::cluster_url(&servers, &config).await }
+        };
         assert_eq!(
-            cluster_url(&["https://10.0.0.1:6443/".into()])
+            cluster_url(vec!["https://10.0.0.1:6443/".into()])
                 .await
                 .unwrap(),
             "https://10.0.0.1:6443"
         );
-        assert!(cluster_url(&["http://a:1".into()]).await.is_err());
+        assert!(cluster_url(vec!["http://a:1".into()]).await.is_err());
         let two = vec![
             "https://127.0.0.1:1".to_string(),
             "https://127.0.0.2:1".into(),
         ];
-        let url = cluster_url(&two).await.unwrap();
+        let url = cluster_url(two.clone()).await.unwrap();
         assert!(url.starts_with("https://127.0.0.1:"), "{url}");
-        assert_eq!(cluster_url(&two).await.unwrap(), url, "one balancer");
+        assert_eq!(cluster_url(two.clone()).await.unwrap(), url, "one balancer");
         let other = vec![
             "https://127.0.0.3:1".to_string(),
             "https://127.0.0.4:1".into(),
         ];
-        assert!(cluster_url(&other).await.is_err());
+        assert!(cluster_url(other).await.is_err());
     }
 }

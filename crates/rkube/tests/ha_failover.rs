@@ -1,11 +1,13 @@
 //! Issue 22's first failure test, the API-server part: three `rkube apiserver`s on one etcd, a
 //! leader-elected controller manager and scheduler and `rkube sim`, all given the three servers
 //! with `--server` (so each runs the client-side load balancer), and a client load of ConfigMap
-//! creates, updates and a watch through the same balancer. The server every client prefers (the
-//! first) is killed with SIGKILL; afterwards every acknowledged write reads back, the watch saw
-//! every acknowledged write in strictly increasing resourceVersion order, the simulated nodes'
-//! Leases renew through another server and the nodes stay Ready, the components still roll out a
-//! Deployment, and writes are served again within the components' lease duration. Before the kill,
+//! creates, updates and a watch through a balancer of its own. The server the test's clients use
+//! (the first, unless a slow `/readyz` moved them) is killed with SIGKILL; afterwards every
+//! acknowledged write reads back, the watch saw every acknowledged write in strictly increasing
+//! resourceVersion order, the simulated nodes' Leases renew through another server and the nodes
+//! stay Ready, the components still roll out a Deployment, and writes are served again within the
+//! components' lease duration. Then the server used next is stopped with SIGSTOP (it still accepts
+//! connections): the balancers' `/readyz` check takes it out and the same holds. Before the kill,
 //! 1,000 Services created concurrently through the three servers get 1,000 distinct ClusterIPs
 //! (issue 22's second item). Recovery times are printed (docs/benchmarks.md).
 
@@ -17,7 +19,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use client::loadbalancer::{LoadBalancer, Options};
+use client::loadbalancer::{readyz_check, LoadBalancer, Options};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -133,6 +135,14 @@ where
         assert!(Instant::now() < deadline, "{what}: not within {DEADLINE:?}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+fn signal(proc: &Proc, sig: &str) {
+    let status = Command::new("kill")
+        .args([sig, &proc.0.id().to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success(), "kill {sig}");
 }
 
 fn rv(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> u64 {
@@ -267,7 +277,7 @@ fn kill_one_of_three_api_servers_under_load() {
     let started = Instant::now();
     let etcd = EtcdProcess::start().unwrap_or_else(|e| panic!("{e}"));
     let dirs: Vec<_> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-    let (mut server_a, port) = apiserver(
+    let (server_a, port) = apiserver(
         "apiserver-a",
         dirs[0].path(),
         &etcd.endpoint,
@@ -276,14 +286,14 @@ fn kill_one_of_three_api_servers_under_load() {
     );
     share_pki(dirs[0].path(), dirs[1].path());
     share_pki(dirs[0].path(), dirs[2].path());
-    let (_server_b, _) = apiserver(
+    let (server_b, _) = apiserver(
         "apiserver-b",
         dirs[1].path(),
         &etcd.endpoint,
         ("127.0.0.2", port),
         "192.0.2.2",
     );
-    let (_server_c, _) = apiserver(
+    let (server_c, _) = apiserver(
         "apiserver-c",
         dirs[2].path(),
         &etcd.endpoint,
@@ -331,7 +341,15 @@ fn kill_one_of_three_api_servers_under_load() {
             }
         };
         let addrs = client::loadbalancer::server_addresses(&urls).expect("urls");
-        let lb = LoadBalancer::start(addrs.clone(), Options::default())
+        // The components' health check: /readyz through the balancer's name.
+        let kubeconfig_config = client::kubeconfig::config_from_file(&kubeconfig)
+            .await
+            .expect("kubeconfig");
+        let options = Options {
+            health_check: Some(readyz_check(&kubeconfig_config)),
+            ..Options::default()
+        };
+        let lb = LoadBalancer::start(addrs.clone(), options)
             .await
             .expect("balancer");
         let client = config(lb.url()).await;
@@ -390,7 +408,10 @@ fn kill_one_of_three_api_servers_under_load() {
             .expect("list resourceVersion");
         let writes = Arc::new(Mutex::new(Writes::default()));
         let seen = Arc::new(Mutex::new(Vec::new()));
-        let (stop_writes, stop_watch) = (Arc::new(AtomicBool::new(false)), Arc::new(AtomicBool::new(false)));
+        let (stop_writes, stop_watch) = (
+            Arc::new(AtomicBool::new(false)),
+            Arc::new(AtomicBool::new(false)),
+        );
         let watch = tokio::spawn(watcher(cms.clone(), from, seen.clone(), stop_watch.clone()));
         let write = tokio::spawn(writer(cms.clone(), writes.clone(), stop_writes.clone()));
         wait_for("writes acknowledged before the kill", || {
@@ -399,13 +420,17 @@ fn kill_one_of_three_api_servers_under_load() {
         })
         .await;
 
-        // Kill the server every client prefers.
-        assert_eq!(lb.current().as_deref(), Some(addrs[0].as_str()));
+        // Kill the server the test's clients use (the first unless a slow /readyz moved them).
+        let mut servers = [Some(server_a), Some(server_b), Some(server_c)];
+        let victim = lb.current().expect("a current server");
+        let index = addrs.iter().position(|a| *a == victim).expect("listed");
+        eprintln!("killing {victim}");
         let before = writes.lock().unwrap().acked.len();
         let killed_at = jiff::Timestamp::now();
         let killed = Instant::now();
-        server_a.0.kill().expect("kill -9 A");
-        let _ = server_a.0.wait();
+        let mut dead = servers[index].take().expect("running");
+        dead.0.kill().expect("kill -9");
+        let _ = dead.0.wait();
 
         let recovered = wait_for("a write acknowledged after the kill", || {
             let w = writes.lock().unwrap();
@@ -415,7 +440,10 @@ fn kill_one_of_three_api_servers_under_load() {
         })
         .await;
         eprintln!("first write acknowledged {recovered:?} after the kill");
-        assert!(recovered < LEASE_DURATION, "writes served again within {LEASE_DURATION:?}");
+        assert!(
+            recovered < LEASE_DURATION,
+            "writes served again within {LEASE_DURATION:?}"
+        );
 
         // Every simulated node renews its Lease through another server.
         let leases: Api<Lease> = Api::namespaced(client.clone(), "kube-node-lease");
@@ -426,7 +454,12 @@ fn kill_one_of_three_api_servers_under_load() {
                 let after: Vec<jiff::Timestamp> = list
                     .items
                     .iter()
-                    .filter(|l| l.metadata.name.as_deref().is_some_and(|n| n.starts_with("sim-")))
+                    .filter(|l| {
+                        l.metadata
+                            .name
+                            .as_deref()
+                            .is_some_and(|n| n.starts_with("sim-"))
+                    })
                     .filter_map(|l| l.spec.as_ref()?.renew_time.as_ref().map(|t| t.0))
                     .filter(|t| *t > killed_at)
                     .collect();
@@ -458,7 +491,10 @@ fn kill_one_of_three_api_servers_under_load() {
         wait_for("the Deployment's pods bound after the kill", || {
             let pods = pods.clone();
             async move {
-                let list = pods.list(&ListParams::default().labels("app=after")).await.ok()?;
+                let list = pods
+                    .list(&ListParams::default().labels("app=after"))
+                    .await
+                    .ok()?;
                 let bound = list
                     .items
                     .iter()
@@ -468,7 +504,56 @@ fn kill_one_of_three_api_servers_under_load() {
             }
         })
         .await;
-        eprintln!("Deployment rolled out {:?} after the kill", killed.elapsed());
+        eprintln!(
+            "Deployment rolled out {:?} after the kill",
+            killed.elapsed()
+        );
+
+        // The server now preferred hangs (SIGSTOP: it still accepts connections, answers
+        // nothing): the /readyz check takes it out and closes its connections.
+        let current = lb.current().expect("a current server");
+        assert_ne!(current, victim);
+        let index = addrs.iter().position(|a| *a == current).expect("listed");
+        let hung = servers[index].as_ref().expect("running");
+        let before = writes.lock().unwrap().acked.len();
+        let stopped_at = jiff::Timestamp::now();
+        let stopped = Instant::now();
+        signal(hung, "-STOP");
+        let resumed = wait_for("a write acknowledged after the SIGSTOP", || {
+            let w = writes.lock().unwrap();
+            let after = w.acked.iter().skip(before).find(|(_, _, at)| *at > stopped);
+            let at = after.map(|(_, _, at)| at.duration_since(stopped));
+            async move { at }
+        })
+        .await;
+        eprintln!("first write acknowledged {resumed:?} after the SIGSTOP of {current}");
+        assert!(
+            resumed < LEASE_DURATION,
+            "writes served again within {LEASE_DURATION:?}"
+        );
+        let renewed = wait_for("every sim node's Lease renewed after the SIGSTOP", || {
+            let leases = leases.clone();
+            async move {
+                let list = leases.list(&ListParams::default()).await.ok()?;
+                let after: Vec<jiff::Timestamp> = list
+                    .items
+                    .iter()
+                    .filter(|l| {
+                        l.metadata
+                            .name
+                            .as_deref()
+                            .is_some_and(|n| n.starts_with("sim-"))
+                    })
+                    .filter_map(|l| l.spec.as_ref()?.renew_time.as_ref().map(|t| t.0))
+                    .filter(|t| *t > stopped_at)
+                    .collect();
+                (after.len() == 3).then(|| after.into_iter().max().expect("three"))
+            }
+        })
+        .await;
+        let stop_renew = renewed.duration_since(stopped_at);
+        eprintln!("every sim node renewed its Lease within {stop_renew:?} of the SIGSTOP");
+        signal(hung, "-CONT");
 
         // A little more load through the survivors, then stop and compare.
         let more = writes.lock().unwrap().acked.len() + 20;
@@ -504,7 +589,11 @@ fn kill_one_of_three_api_servers_under_load() {
         }
         let watched: HashMap<u64, &str> = seen.iter().map(|(n, v)| (*v, n.as_str())).collect();
         for (name, v, _) in &acked {
-            assert_eq!(watched.get(v), Some(&name.as_str()), "write {name}@{v} watched");
+            assert_eq!(
+                watched.get(v),
+                Some(&name.as_str()),
+                "write {name}@{v} watched"
+            );
         }
         // Every acknowledged write reads back (its last acknowledged version or a later one).
         let mut latest: HashMap<&str, u64> = HashMap::new();
@@ -520,14 +609,22 @@ fn kill_one_of_three_api_servers_under_load() {
             .collect();
         for (name, v) in &latest {
             let got = stored.get(*name).copied();
-            assert!(got.is_some_and(|g| g >= *v), "{name}@{v} reads back: {got:?}");
+            assert!(
+                got.is_some_and(|g| g >= *v),
+                "{name}@{v} reads back: {got:?}"
+            );
         }
 
         // The simulated nodes stayed Ready.
         let list = nodes.list(&ListParams::default()).await.expect("nodes");
-        assert_eq!(list.items.iter().filter(|n| ready(n)).count(), 3, "nodes Ready");
+        assert_eq!(
+            list.items.iter().filter(|n| ready(n)).count(),
+            3,
+            "nodes Ready"
+        );
         eprintln!(
-            "RECOVERY first-write={recovered:?} sim-lease-renew={renew_after:?} (kill at {killed_at})"
+            "RECOVERY kill: first-write={recovered:?} sim-lease-renew={renew_after:?}; \
+             sigstop: first-write={resumed:?} sim-lease-renew={stop_renew:?}"
         );
     });
     eprintln!("test took {:?}", started.elapsed());

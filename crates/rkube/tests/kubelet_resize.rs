@@ -194,5 +194,39 @@ fn containers_are_resized_in_place() {
     assert_eq!(c["allocatedResources"]["cpu"], "100m", "{c}");
     assert_eq!(cgroup(&node, "c", "cpu.cfs_quota_us"), "30000");
     assert!(node.events().contains("ResizeInfeasible"));
+
+    // Another infeasible size is judged on its own (not on what the status reports allocated).
+    let out = resize(
+        &node,
+        r#"{"spec":{"containers":[{"name":"c","resources":{"requests":{"cpu":"50"},"limits":{"cpu":"50"}}}]}}"#,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    node.wait_pod("resize", "the second resize infeasible", TIMEOUT, |p| {
+        resize_condition(p, "PodResizePending").is_some_and(|c| {
+            c["observedGeneration"] == 4
+                && c["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("requested: 50100,"))
+        })
+    });
+    // Back to what is allocated: nothing is pending any more.
+    let out = resize(
+        &node,
+        r#"{"spec":{"containers":[{"name":"c","resources":{"requests":{"cpu":"100m"},"limits":{"cpu":"300m"}}}]}}"#,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let p = node.wait_pod("resize", "the pending resize withdrawn", TIMEOUT, |p| {
+        resize_condition(p, "PodResizePending").is_none()
+    });
+    assert_eq!(container_status(&p, "c")["restartCount"], 0);
+    assert_eq!(cgroup(&node, "c", "cpu.cfs_quota_us"), "30000");
     node.cleanup();
 }

@@ -130,9 +130,16 @@ pub fn resize_requested(pod: &Pod, alloc: &BTreeMap<String, ResourceRequirements
     })
 }
 
-/// cpu (millicores) and memory (bytes) a pod requests of its node.
+/// cpu (millicores) and memory (bytes) a pod's spec requests of its node. The status is left out:
+/// the scheduler's `pod_requests` reads the kubelet's own allocation from it, and once a resize is
+/// `Infeasible` only that, which would let the next resize of the pod pass unchecked.
 pub fn requests(pod: &Pod) -> (i64, i64) {
-    let r = pod_requests(pod);
+    let spec_only = Pod {
+        metadata: Default::default(),
+        spec: pod.spec.clone(),
+        status: None,
+    };
+    let r = pod_requests(&spec_only);
     (r.milli_cpu, r.memory)
 }
 
@@ -374,6 +381,18 @@ mod tests {
             c.resources.as_ref().unwrap().limits.as_ref().unwrap()["cpu"].0,
             "200m"
         );
+    }
+
+    #[test]
+    fn requests_are_the_specs_whatever_the_status_says() {
+        let mut p = pod(json!({"requests": {"cpu": "3"}}), json!([]));
+        p.status = serde_json::from_value(json!({
+            "conditions": [{"type": "PodResizePending", "status": "True", "reason": "Infeasible"}],
+            "containerStatuses": [{"name": "c", "image": "i", "imageID": "", "ready": true,
+                "restartCount": 0, "allocatedResources": {"cpu": "100m"}}]}))
+        .unwrap();
+        // c's 3 cores, and the sidecar's 50m (the init container's 1 core runs before them).
+        assert_eq!(requests(&p).0, 3050);
     }
 
     #[test]

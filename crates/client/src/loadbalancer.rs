@@ -114,6 +114,16 @@ pub fn readyz_check(config: &kube::Config) -> HealthCheck {
             .clone();
         Box::pin(async move {
             let Ok(client) = client else { return false };
+            // A server that refuses connections fails here, quietly: kube's client logs every
+            // failed connect at ERROR, once a second per component while a server is down.
+            let dialed = tokio::time::timeout(
+                Duration::from_secs(1),
+                tokio::net::TcpStream::connect(&addr),
+            )
+            .await;
+            if !matches!(dialed, Ok(Ok(_))) {
+                return false;
+            }
             let Ok(request) = http::Request::get("/readyz").body(Vec::new()) else {
                 return false;
             };

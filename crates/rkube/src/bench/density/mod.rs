@@ -193,7 +193,10 @@ pub async fn run(args: DensityBenchArgs) -> Result<(), String> {
     if let Some(pid) = pid {
         tasks.push(probes::sample_usage(pid, recorder.clone(), usage.clone()));
     }
-    let stop = AbortAll(tasks);
+    let stop: Vec<_> = tasks
+        .into_iter()
+        .map(tokio_util::task::AbortOnDropHandle::new)
+        .collect();
 
     let work = Workload {
         client: client.clone(),
@@ -252,16 +255,6 @@ pub async fn run(args: DensityBenchArgs) -> Result<(), String> {
     print!("{}", results.render());
     eprintln!("timeline: {}; plot: {}", timeline.display(), png.display());
     Ok(())
-}
-
-struct AbortAll(Vec<tokio::task::JoinHandle<()>>);
-
-impl Drop for AbortAll {
-    fn drop(&mut self) {
-        for t in &self.0 {
-            t.abort();
-        }
-    }
 }
 
 /// Waits until `want` nodes (or, attached to a cluster, every node, at least one) are Ready.

@@ -318,7 +318,7 @@ async fn write_and_watch(client: kube::Client, recorder: Arc<Recorder>) {
             }
         })
     };
-    let _stop_watch = AbortOnDrop(watch);
+    let _stop_watch = tokio_util::task::AbortOnDropHandle::new(watch);
     let mut tick = tokio::time::interval(Duration::from_millis(200));
     for seq in 1u64.. {
         tick.tick().await;
@@ -345,14 +345,6 @@ async fn write_and_watch(client: kube::Client, recorder: Arc<Recorder>) {
             lock(&acked).retain(|_, t| *t > old);
             lock(&early).retain(|_, t| *t > old);
         }
-    }
-}
-
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }
 

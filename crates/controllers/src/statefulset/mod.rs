@@ -202,18 +202,37 @@ async fn sync_statefulset(ctx: &Ctx, key: &str) -> Result<(), String> {
     let plan = control::plan(&set, &pods, &revs, now);
 
     let claims_api: Api<PersistentVolumeClaim> = Api::namespaced(ctx.client.clone(), ns);
-    for pod in &plan.create {
-        let pod_name = pod["metadata"]["name"].as_str().unwrap_or("");
-        let ord = pod["metadata"]["labels"][control::POD_INDEX_LABEL]
-            .as_str()
-            .and_then(|o| o.parse().ok())
-            .unwrap_or(0);
-        create_missing_claims(ctx, &set, &claims_api, ord).await?;
-        let pod: Pod = serde_json::from_value(pod.clone()).map_err(|e| e.to_string())?;
-        match pods_api.create(&PostParams::default(), &pod).await {
-            Ok(_) => {}
-            Err(kube::Error::Api(e)) if e.code == 409 => {}
-            Err(e) => return Err(format!("create pod {pod_name}: {e}")),
+    let create_one = |pod: &serde_json::Value| {
+        let (set, claims_api, pods_api) = (&set, &claims_api, &pods_api);
+        let pod = pod.clone();
+        async move {
+            let pod_name = pod["metadata"]["name"].as_str().unwrap_or("").to_string();
+            let ord = pod["metadata"]["labels"][control::POD_INDEX_LABEL]
+                .as_str()
+                .and_then(|o| o.parse().ok())
+                .unwrap_or(0);
+            create_missing_claims(ctx, set, claims_api, ord).await?;
+            let pod: Pod = serde_json::from_value(pod).map_err(|e| e.to_string())?;
+            match pods_api.create(&PostParams::default(), &pod).await {
+                Ok(_) => Ok(()),
+                Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+                Err(e) => Err(format!("create pod {pod_name}: {e}")),
+            }
+        }
+    };
+    if parallel(&set) {
+        // Upstream `runForAll` under Parallel: `slowStartBatch(1, ...)`, each pod's claims then the
+        // pod, a batch at once; one at a time made 1,000 pods with claims wait on 2,000 serial writes.
+        let mut rest = plan.create.as_slice();
+        for n in slow_start_batches(rest.len()) {
+            let (batch, after) = rest.split_at(n);
+            rest = after;
+            let results = futures::future::join_all(batch.iter().map(create_one)).await;
+            results.into_iter().collect::<Result<Vec<()>, String>>()?;
+        }
+    } else {
+        for pod in &plan.create {
+            create_one(pod).await?;
         }
     }
     for ord in &plan.create_claims {
@@ -320,6 +339,26 @@ async fn sync_statefulset(ctx: &Ctx, key: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// `podManagementPolicy: Parallel` (upstream's non-monotonic updates).
+fn parallel(set: &StatefulSet) -> bool {
+    set.spec
+        .as_ref()
+        .and_then(|s| s.pod_management_policy.as_deref())
+        == Some("Parallel")
+}
+
+/// The batch sizes of upstream's `slowStartBatch(1, count)`: 1, 2, 4, ... up to `count` in all.
+fn slow_start_batches(count: usize) -> Vec<usize> {
+    let (mut out, mut done, mut batch) = (Vec::new(), 0usize, 1usize);
+    while done < count {
+        let n = batch.min(count - done);
+        out.push(n);
+        done += n;
+        batch = batch.saturating_mul(2);
+    }
+    out
+}
+
 /// Creates the claims of ordinal `ord` that do not exist yet (upstream `createPersistentVolumeClaims`).
 async fn create_missing_claims(
     ctx: &Ctx,
@@ -346,3 +385,27 @@ async fn create_missing_claims(
 
 #[cfg(test)]
 mod control_tests;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slow_start_doubles_up_to_the_count() {
+        assert_eq!(slow_start_batches(0), Vec::<usize>::new());
+        assert_eq!(slow_start_batches(1), vec![1]);
+        assert_eq!(slow_start_batches(10), vec![1, 2, 4, 3]);
+        assert_eq!(slow_start_batches(15), vec![1, 2, 4, 8]);
+    }
+
+    #[test]
+    fn only_parallel_sets_create_in_batches() {
+        let mut set = StatefulSet::default();
+        assert!(!parallel(&set));
+        set.spec = Some(Default::default());
+        set.spec.as_mut().unwrap().pod_management_policy = Some("Parallel".into());
+        assert!(parallel(&set));
+        set.spec.as_mut().unwrap().pod_management_policy = Some("OrderedReady".into());
+        assert!(!parallel(&set));
+    }
+}

@@ -196,6 +196,9 @@ impl<L: ResourceLock> LeaderElector<L> {
         (self.callbacks.started)(leading.clone());
         let outcome = self.renew(&cancel, acquired_at).await;
         leading.cancel();
+        // The counterpart of "successfully acquired lease": operators (and the HA tests) read the
+        // two lines to see when this process led.
+        info!(lock = %desc, identity = %self.config.identity, ?outcome, "stopped leading");
         (self.callbacks.stopped)();
         self.record_event("stopped leading");
         if self.config.release_on_cancel {
@@ -216,7 +219,9 @@ impl<L: ResourceLock> LeaderElector<L> {
                 Ok(true)
             );
             self.maybe_report_transition();
-            if acquired {
+            // An answer that arrived only after a freeze (see `renew`) is too old to lead on; the
+            // next attempt renews what we hold, and leads from then.
+            if acquired && Instant::now() < start + self.config.renew_deadline {
                 return Some(start);
             }
             debug!(lock = %self.lock.describe(), "failed to acquire lease");
@@ -248,6 +253,13 @@ impl<L: ResourceLock> LeaderElector<L> {
                 );
                 self.maybe_report_transition();
                 if renewed {
+                    // A process frozen mid-request (SIGSTOP, a long GC-like stall) may find the
+                    // answer waiting when it wakes: the renewal is as old as its start, and others
+                    // may have taken over since. Lead on only if that start is still recent.
+                    if Instant::now() >= start + self.config.renew_deadline {
+                        warn!(lock = %self.lock.describe(), "renewal answered after the renew deadline");
+                        return RunOutcome::Lost;
+                    }
                     debug!(lock = %self.lock.describe(), "successfully renewed lease");
                     last_success = start;
                     break;

@@ -17,12 +17,15 @@ struct Server {
     rv: u64,
 }
 
-/// One candidate's view of the shared in-memory lock; `down` makes its requests hang forever.
+/// One candidate's view of the shared in-memory lock; `down` makes its requests hang forever;
+/// `freeze` makes the next update, once applied, take that long to answer while the clock moves on
+/// (a process stopped with its reply waiting in the socket), and hands the lease to "thief" then.
 struct FakeLock {
     identity: String,
     server: Arc<Mutex<Server>>,
     seen_rv: Mutex<Option<u64>>,
     down: Arc<AtomicBool>,
+    freeze: Arc<Mutex<Option<Duration>>>,
 }
 
 impl FakeLock {
@@ -93,6 +96,20 @@ impl ResourceLock for FakeLock {
             s.rv
         };
         self.remember(rv);
+        let frozen = self.freeze.lock().ok().and_then(|mut f| f.take());
+        if let Some(d) = frozen {
+            // Nothing of this candidate runs meanwhile (not even its timeouts, which the answer
+            // beats on wake-up); another candidate takes the expired lease.
+            tokio::time::advance(d).await;
+            if let Ok(mut s) = self.server.lock() {
+                s.rv += 1;
+                s.record = Some(LeaderElectionRecord {
+                    holder_identity: "thief".into(),
+                    lease_duration_seconds: 15,
+                    ..LeaderElectionRecord::default()
+                });
+            }
+        }
         Ok(())
     }
 }
@@ -130,16 +147,19 @@ struct Candidate {
     elector: Arc<LeaderElector<FakeLock>>,
     cancel: CancellationToken,
     down: Arc<AtomicBool>,
+    freeze: Arc<Mutex<Option<Duration>>>,
     task: tokio::task::JoinHandle<RunOutcome>,
 }
 
 fn candidate(id: &str, server: &Arc<Mutex<Server>>, log: &Log) -> Candidate {
     let down = Arc::new(AtomicBool::new(false));
+    let freeze = Arc::new(Mutex::new(None));
     let lock = FakeLock {
         identity: id.into(),
         server: server.clone(),
         seen_rv: Mutex::new(None),
         down: down.clone(),
+        freeze: freeze.clone(),
     };
     let (l1, l2, l3) = (log.clone(), log.clone(), log.clone());
     let (i1, i2, i3) = (id.to_string(), id.to_string(), id.to_string());
@@ -159,6 +179,7 @@ fn candidate(id: &str, server: &Arc<Mutex<Server>>, log: &Log) -> Candidate {
         elector,
         cancel,
         down,
+        freeze,
         task,
     }
 }
@@ -380,6 +401,42 @@ async fn cancelled_before_acquiring_never_calls_stop() {
     let _ = a.task.await;
 }
 
+/// A leader stopped (SIGSTOP) past the lease while a renewal was in flight wakes up to that
+/// renewal's answer: it must stop leading at once, not lead on for another retry period beside the
+/// candidate that took the lease meanwhile.
+#[tokio::test(start_paused = true)]
+async fn leader_woken_after_the_lease_with_an_old_answer_stops_at_once() {
+    let server = Arc::new(Mutex::new(Server::default()));
+    let log = Log::default();
+    let a = candidate("a", &server, &log);
+    wait_for("a to lead", Duration::from_secs(5), || {
+        a.elector.is_leader()
+    })
+    .await;
+    sleep(Duration::from_secs(5)).await;
+    if let Ok(mut f) = a.freeze.lock() {
+        *f = Some(Duration::from_secs(20));
+    }
+    let thief = wait_for(
+        "the lease taken during the freeze",
+        Duration::from_secs(60),
+        || record(&server).holder_identity == "thief",
+    )
+    .await;
+    let outcome = tokio::time::timeout(Duration::from_secs(30), a.task)
+        .await
+        .expect("a stops")
+        .ok();
+    assert_eq!(outcome, Some(RunOutcome::Lost));
+    let stopped = log.time_of(&Ev::Stopped("a".into())).expect("a stopped");
+    assert!(
+        stopped - thief < Duration::from_millis(100),
+        "led on for {:?} after waking",
+        stopped - thief
+    );
+    assert_eq!(record(&server).holder_identity, "thief");
+}
+
 #[test]
 fn identity_must_match_the_lock() {
     let lock = FakeLock {
@@ -387,6 +444,7 @@ fn identity_must_match_the_lock() {
         server: Arc::default(),
         seen_rv: Mutex::new(None),
         down: Arc::default(),
+        freeze: Arc::default(),
     };
     let config = LeaderElectionConfig::new("test", "lock", "y");
     let err = LeaderElector::new(config, lock, LeaderCallbacks::default()).err();

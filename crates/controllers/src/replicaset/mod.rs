@@ -4,6 +4,7 @@
 //! upstream's order; orphans matching the selector are adopted, owned pods that stop matching are
 //! released; expectations keep a stale cache from causing duplicate creates or deletes.
 
+pub mod expectations;
 pub mod sync;
 
 use std::collections::HashMap;
@@ -20,10 +21,14 @@ use kube::api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, Po
 use kube::Api;
 use serde_json::json;
 
+use expectations::{PodEvents, UidTrackingExpectations};
+
 /// Expectations older than this are dropped (upstream `ExpectationsTimeout`).
 const EXPECTATIONS_TIMEOUT: Duration = Duration::from_secs(300);
 
-/// Creates and deletes a ReplicaSet is still waiting to see (upstream `ControllerExpectations`).
+/// Creates and deletes a controller is still waiting to see, counted (upstream `ControllerExpectations`;
+/// the DaemonSet and Job controllers). The ReplicaSet controller tracks deletions by pod instead
+/// ([`expectations::UidTrackingExpectations`]).
 #[derive(Default)]
 pub struct Expectations {
     pending: Mutex<HashMap<String, (i64, i64, Instant)>>,
@@ -126,7 +131,7 @@ struct Ctx {
     kind: OwnerKind,
     replicasets: Arc<dyn Source>,
     pods: Arc<client::informer::Store<Pod>>,
-    expectations: Expectations,
+    expectations: UidTrackingExpectations,
     queue: RateLimitingQueue<String>,
 }
 
@@ -148,6 +153,13 @@ impl Ctx {
     /// The key of the object of our kind controlling this pod, if any.
     fn owner_key(&self, pod: &Pod) -> Option<String> {
         crate::controller_key(&pod.metadata, self.kind.kind)
+    }
+
+    fn pod_events(&self) -> PodEvents<'_> {
+        PodEvents {
+            kind: self.kind,
+            expectations: &self.expectations,
+        }
     }
 }
 
@@ -215,32 +227,21 @@ async fn run_for(
         kind,
         replicasets: source,
         pods: pod_informer.store(),
-        expectations: Expectations::default(),
+        expectations: UidTrackingExpectations::default(),
         queue: queue.clone(),
     });
     let (c_add, c_update, c_delete) = (ctx.clone(), ctx.clone(), ctx.clone());
     pod_informer.add_event_handler(
         EventHandlerFuncs::new()
             .on_add(move |p: &Arc<Pod>, _| {
-                if let Some(key) = c_add.owner_key(p) {
-                    c_add.expectations.observed(&key, 1, 0);
-                    c_add.queue.add(key);
-                } else {
+                let keys = c_add.pod_events().added(p);
+                if keys.is_empty() && c_add.owner_key(p).is_none() {
                     enqueue_matching(&c_add, p);
                 }
+                keys.into_iter().for_each(|k| c_add.queue.add(k));
             })
             .on_update(move |old: &Arc<Pod>, new: &Arc<Pod>| {
-                if new.metadata.deletion_timestamp.is_some()
-                    && old.metadata.deletion_timestamp.is_none()
-                {
-                    if let Some(key) = c_update.owner_key(new) {
-                        c_update.expectations.observed(&key, 0, 1);
-                    }
-                }
-                for key in [c_update.owner_key(old), c_update.owner_key(new)]
-                    .into_iter()
-                    .flatten()
-                {
+                for key in c_update.pod_events().updated(old, new) {
                     c_update.queue.add(key);
                 }
                 if c_update.owner_key(new).is_none() {
@@ -248,10 +249,7 @@ async fn run_for(
                 }
             })
             .on_delete(move |d| {
-                if let Some(key) = c_delete.owner_key(d.object()) {
-                    if d.object().metadata.deletion_timestamp.is_none() {
-                        c_delete.expectations.observed(&key, 0, 1);
-                    }
+                for key in c_delete.pod_events().deleted(d.object()) {
                     c_delete.queue.add(key);
                 }
             }),
@@ -306,6 +304,10 @@ async fn sync_replicaset(ctx: &Ctx, key: &str) -> Result<(), String> {
     let selector = apimachinery::labels::selector_from_label_selector(&selector_value)
         .map_err(|e| format!("{key}: invalid selector: {e}"))?;
     let pods_api: Api<Pod> = Api::namespaced(ctx.client.clone(), ns);
+    // Expectations before the pod list, as upstream: the events that met them updated the cache
+    // before they were counted, so the list read next includes them. Read after the list, they
+    // could be met by an event the list missed, and a pod already deleted would be deleted again.
+    let needs_sync = ctx.expectations.satisfied(key);
     let claim = sync::claim(&rs, &selector, &ctx.pods.list_namespace(ns));
     for pod in &claim.adopt {
         let patch = json!({"metadata": {"ownerReferences": [{"apiVersion": ctx.kind.api_version(), "kind": ctx.kind.kind,
@@ -345,7 +347,7 @@ async fn sync_replicaset(ctx: &Ctx, key: &str) -> Result<(), String> {
         .max(0) as usize;
     // A failure to create or delete is reported in the status before it is returned (upstream).
     let mut failure: Option<(&str, String)> = None;
-    if ctx.expectations.satisfied(key) && rs.metadata.deletion_timestamp.is_none() {
+    if needs_sync && rs.metadata.deletion_timestamp.is_none() {
         if active.len() < wanted {
             let diff = (wanted - active.len()).min(sync::BURST_REPLICAS);
             if let Err(e) = create_pods(ctx, key, &rs, &pods_api, diff).await {
@@ -354,8 +356,9 @@ async fn sync_replicaset(ctx: &Ctx, key: &str) -> Result<(), String> {
         } else if active.len() > wanted {
             let diff = (active.len() - wanted).min(sync::BURST_REPLICAS);
             active.sort_by(|a, b| sync::deletion_order(a, b));
-            ctx.expectations.expect(key, 0, diff as i64);
-            for pod in active.iter().take(diff) {
+            let doomed: Vec<&Pod> = active.iter().take(diff).map(|p| p.as_ref()).collect();
+            ctx.pod_events().deleting(key, &doomed);
+            for pod in doomed {
                 let pod_name = pod.metadata.name.as_deref().unwrap_or("");
                 match pods_api.delete(pod_name, &DeleteParams::default()).await {
                     Ok(_) => ctx.event(
@@ -365,10 +368,10 @@ async fn sync_replicaset(ctx: &Ctx, key: &str) -> Result<(), String> {
                         &format!("Deleted pod: {pod_name}"),
                     ),
                     Err(kube::Error::Api(e)) if e.code == 404 => {
-                        ctx.expectations.observed(key, 0, 1)
+                        ctx.pod_events().delete_not_observed(key, pod)
                     }
                     Err(e) => {
-                        ctx.expectations.observed(key, 0, 1);
+                        ctx.pod_events().delete_not_observed(key, pod);
                         let message = crate::api_error_message(&e);
                         ctx.event(
                             &rs,
@@ -434,7 +437,7 @@ async fn create_pods(
     api: &Api<Pod>,
     count: usize,
 ) -> Result<(), String> {
-    ctx.expectations.expect(key, count as i64, 0);
+    ctx.expectations.expect_creations(key, count);
     let pod: Pod =
         serde_json::from_value(sync::pod_from_template(rs, ctx.kind)).map_err(|e| e.to_string())?;
     let params = PostParams::default();
@@ -475,7 +478,7 @@ async fn create_pods(
         if let Some(err) = first_error {
             // Creates that did not happen (and the skipped ones) will never be observed.
             ctx.expectations
-                .observed(key, (failed + count - done) as i64, 0);
+                .creations_observed(key, failed + count - done);
             return Err(err);
         }
         batch *= 2;

@@ -10,7 +10,7 @@
 //! scoring of subrequests.
 
 use std::cell::OnceCell;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{NodeSelector, NodeSelectorRequirement, NodeSelectorTerm};
@@ -21,7 +21,7 @@ use k8s_openapi::api::resource::v1::{
 use rkube_cel::{Program, Value};
 
 use super::selectors::{self, qualify, SelectorCache};
-use super::tracker::Taken;
+use super::tracker::{Taken, NO_ID};
 use crate::framework::NodeInfo;
 use crate::plugins::node_affinity::node_selector_matches;
 
@@ -57,6 +57,8 @@ pub struct Request {
     /// The request's own name (constraints name it).
     pub name: String,
     pub alts: Vec<Alt>,
+    /// A `firstAvailable` request (its alternatives are subrequests, which Score ranks).
+    pub first_available: bool,
 }
 
 #[derive(Clone)]
@@ -83,6 +85,10 @@ pub struct Prepared {
     pub claims: Vec<Arc<ResourceClaim>>,
     pub requests: Vec<Request>,
     constraints: Vec<Constraint>,
+    /// Per request, the index of its first alternative among all requests' alternatives (the
+    /// search's selector results are one flat table).
+    alt_base: Vec<usize>,
+    alts_total: usize,
 }
 
 fn compile_selectors(
@@ -192,6 +198,7 @@ impl Prepared {
                     claim: ci,
                     name: r.name.clone(),
                     alts,
+                    first_available: r.exactly.is_none(),
                 });
             }
             for c in devices.constraints.iter().flatten() {
@@ -208,10 +215,18 @@ impl Prepared {
                 });
             }
         }
+        let mut alt_base = Vec::with_capacity(requests.len());
+        let mut alts_total = 0;
+        for r in &requests {
+            alt_base.push(alts_total);
+            alts_total += r.alts.len();
+        }
         Ok(Prepared {
             claims,
             requests,
             constraints,
+            alt_base,
+            alts_total,
         })
     }
 }
@@ -248,6 +263,8 @@ pub struct NodeDevice<'a> {
     /// The value built in advance (the slice index's).
     prebuilt: Option<&'a Value>,
     memo: Option<&'a SelectorMemo>,
+    /// The tracker's id for the device ([`NO_ID`]: checked by name).
+    id: u32,
 }
 
 impl<'a> NodeDevice<'a> {
@@ -258,6 +275,7 @@ impl<'a> NodeDevice<'a> {
             value: OnceCell::new(),
             prebuilt: None,
             memo: None,
+            id: NO_ID,
         }
     }
 
@@ -266,10 +284,12 @@ impl<'a> NodeDevice<'a> {
         device: &'a Device,
         value: &'a Value,
         memo: &'a SelectorMemo,
+        id: u32,
     ) -> NodeDevice<'a> {
         NodeDevice {
             prebuilt: Some(value),
             memo: Some(memo),
+            id,
             ..NodeDevice::new(slice, device)
         }
     }
@@ -322,11 +342,13 @@ struct Search<'p, 'd> {
     prep: &'p Prepared,
     devices: &'d [NodeDevice<'d>],
     taken: &'p Taken<'p>,
+    /// The interner epoch of the devices' ids.
+    epoch: u64,
     /// Pools whose slices are not all there (All requests cannot be decided).
     incomplete: &'p HashSet<(String, String)>,
     used: Vec<bool>,
-    /// Selector results per (request, alternative) and device, evaluated on first need.
-    memo: HashMap<(usize, usize), Vec<Option<bool>>>,
+    /// Selector results by alternative (`Prepared::alt_base`) and device, evaluated on first need.
+    memo: Vec<Option<bool>>,
     /// (request, alternative, device) picked so far.
     picked: Vec<(usize, usize, usize)>,
     steps: usize,
@@ -335,8 +357,8 @@ struct Search<'p, 'd> {
 
 impl Search<'_, '_> {
     fn selectable(&mut self, r: usize, a: usize, d: usize) -> bool {
-        let n = self.devices.len();
-        if let Some(Some(v)) = self.memo.get(&(r, a)).map(|m| m[d]) {
+        let slot = (self.prep.alt_base[r] + a) * self.devices.len() + d;
+        if let Some(v) = self.memo[slot] {
             return v;
         }
         let alt = &self.prep.requests[r].alts[a];
@@ -368,7 +390,7 @@ impl Search<'_, '_> {
                 }
             }
         }
-        self.memo.entry((r, a)).or_insert_with(|| vec![None; n])[d] = Some(ok);
+        self.memo[slot] = Some(ok);
         ok
     }
 
@@ -376,7 +398,9 @@ impl Search<'_, '_> {
         let dev = &self.devices[d];
         !self.used[d]
             && (a.admin
-                || !self.taken.contains(
+                || !self.taken.contains_id(
+                    dev.id,
+                    self.epoch,
                     &dev.slice.spec.driver,
                     &dev.slice.spec.pool.name,
                     &dev.device.name,
@@ -537,22 +561,48 @@ fn allocation_node_selector(devs: &[&NodeDevice<'_>], node: &str) -> Option<Node
     })
 }
 
-/// Allocates every prepared claim on `node`: `Ok(None)` when the devices do not suffice, `Err`
-/// when a claim or class cannot be evaluated (upstream aborts the pod's cycle then).
+/// Devices a search picked on one node: (request, alternative, index into the node's devices).
+/// Filter keeps only these; the allocation results are built for the chosen node alone.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Picks(pub Vec<(usize, usize, usize)>);
+
+impl Picks {
+    /// Upstream `computeScore` (prioritized list): `8 - position` of the subrequest each
+    /// `firstAvailable` request got.
+    pub fn score(&self, prep: &Prepared) -> i64 {
+        let mut seen: Vec<usize> = Vec::new();
+        let mut total = 0;
+        for &(r, a, _) in &self.0 {
+            if prep.requests[r].first_available && !seen.contains(&r) {
+                seen.push(r);
+                total += FIRST_AVAILABLE_MAX - a as i64;
+            }
+        }
+        total
+    }
+}
+
+/// Upstream `FirstAvailableDeviceRequestMaxSize`.
+const FIRST_AVAILABLE_MAX: i64 = 8;
+
+/// Finds devices for every prepared claim on a node: `Ok(None)` when they do not suffice, `Err`
+/// when a claim or class cannot be evaluated (upstream aborts the pod's cycle then). `epoch` is
+/// the interner epoch of the devices' ids.
 pub fn allocate(
     prep: &Prepared,
-    node: &NodeInfo,
     devices: &[NodeDevice<'_>],
     taken: &Taken<'_>,
+    epoch: u64,
     incomplete: &HashSet<(String, String)>,
-) -> Result<Option<Vec<AllocationResult>>, String> {
+) -> Result<Option<Picks>, String> {
     let mut s = Search {
         prep,
         devices,
         taken,
+        epoch,
         incomplete,
         used: vec![false; devices.len()],
-        memo: HashMap::new(),
+        memo: vec![None; prep.alts_total * devices.len()],
         picked: Vec::new(),
         steps: 0,
         error: None,
@@ -561,22 +611,30 @@ pub fn allocate(
     if let Some(e) = s.error {
         return Err(e);
     }
-    if !found {
-        return Ok(None);
-    }
+    Ok(found.then_some(Picks(s.picked)))
+}
+
+/// The allocation results of `picks` (from [`allocate`] with the same `devices`), one per
+/// prepared claim.
+pub fn results(
+    prep: &Prepared,
+    node: &NodeInfo,
+    devices: &[NodeDevice<'_>],
+    picks: &Picks,
+) -> Vec<AllocationResult> {
     let mut out = Vec::with_capacity(prep.claims.len());
     for (ci, claim) in prep.claims.iter().enumerate() {
         let mut results = Vec::new();
         let mut config = Vec::new();
         let mut devs = Vec::new();
         let mut classes_done = HashSet::new();
-        for &(r, a, d) in s
-            .picked
+        for &(r, a, d) in picks
+            .0
             .iter()
             .filter(|(r, _, _)| prep.requests[*r].claim == ci)
         {
             let alt = &prep.requests[r].alts[a];
-            let dev = &devices[d];
+            let Some(dev) = devices.get(d) else { continue };
             devs.push(dev);
             results.push(DeviceRequestAllocationResult {
                 request: alt.name.clone(),
@@ -615,7 +673,7 @@ pub fn allocate(
             ..Default::default()
         });
     }
-    Ok(Some(out))
+    out
 }
 
 /// Whether a slice (or, with per-device node selection, a device) is usable on the node.

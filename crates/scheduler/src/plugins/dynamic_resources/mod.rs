@@ -36,7 +36,7 @@ use k8s_openapi::api::resource::v1::{
 use kube::api::PostParams;
 use kube::Api;
 
-use self::allocator::{allocate, PrepareError, Prepared};
+use self::allocator::{allocate, Picks, PrepareError, Prepared};
 use self::selectors::SelectorCache;
 use self::slices::SliceIndex;
 use self::tracker::claim_key;
@@ -89,9 +89,9 @@ struct State {
     /// Indices of allocated claims some node could not reach (Filter records them for
     /// PostFilter, upstream `unavailableClaims`).
     unavailable: Arc<Mutex<BTreeSet<usize>>>,
-    /// Filter's allocation for each node that passed (Score ranks them, Reserve takes the chosen
-    /// node's): the taken devices cannot change within one cycle.
-    node_allocations: Arc<Mutex<HashMap<String, Arc<Vec<AllocationResult>>>>>,
+    /// The devices Filter picked on each node that passed (Score ranks them, Reserve builds the
+    /// chosen node's allocation from them): the taken devices cannot change within one cycle.
+    node_allocations: Arc<Mutex<HashMap<String, Arc<Picks>>>>,
 }
 
 fn pod_ref(pod: &Pod) -> (String, String, String) {
@@ -192,19 +192,23 @@ impl DynamicResources {
     /// The slice index, rebuilt when a slice changed since it was built.
     fn slice_index(&self) -> Arc<SliceIndex> {
         let generation = self.handle.listers.dra.slices_generation();
-        let Ok(mut g) = self.index.lock() else {
-            return Arc::new(SliceIndex::build(
+        let dra = &self.handle.listers.dra;
+        let build = || {
+            Arc::new(SliceIndex::build(
                 self.handle.listers.resource_slices.list(),
-            ));
+                dra,
+            ))
+        };
+        let Ok(mut g) = self.index.lock() else {
+            return build();
         };
         if let Some((gen, idx)) = g.as_ref() {
-            if *gen == generation {
+            // A compaction of the device ids makes the index's ids stale too.
+            if *gen == generation && idx.epoch == dra.epoch() {
                 return idx.clone();
             }
         }
-        let idx = Arc::new(SliceIndex::build(
-            self.handle.listers.resource_slices.list(),
-        ));
+        let idx = build();
         *g = Some((generation, idx.clone()));
         idx
     }
@@ -339,19 +343,15 @@ impl PreFilterPlugin for DynamicResources {
 }
 
 impl DynamicResources {
-    fn allocate_on(
-        &self,
-        s: &State,
-        node: &NodeInfo,
-    ) -> Result<Option<Vec<AllocationResult>>, String> {
+    fn allocate_on(&self, s: &State, node: &NodeInfo) -> Result<Option<Picks>, String> {
         let Some(prep) = &s.prepared else {
-            return Ok(Some(Vec::new()));
+            return Ok(Some(Picks::default()));
         };
         let devices = s.index.devices(node);
         self.handle
             .listers
             .dra
-            .with_taken(|taken| allocate(prep, node, &devices, taken, &s.index.incomplete))
+            .with_taken(|taken| allocate(prep, &devices, taken, s.index.epoch, &s.index.incomplete))
     }
 }
 
@@ -379,10 +379,10 @@ impl FilterPlugin for DynamicResources {
         match self.allocate_on(s, node) {
             Err(e) => Status::Error(e),
             Ok(None) => Status::UnschedulableAndUnresolvable(ERR_CANNOT_ALLOCATE.into()),
-            Ok(Some(results)) => {
+            Ok(Some(picks)) => {
                 if s.prepared.is_some() {
                     if let Ok(mut m) = s.node_allocations.lock() {
-                        m.insert(node.name().to_string(), Arc::new(results));
+                        m.insert(node.name().to_string(), Arc::new(picks));
                     }
                 }
                 Status::Success
@@ -399,9 +399,9 @@ impl ReservePlugin for DynamicResources {
         let Some(s) = state.read::<State>(STATE_KEY) else {
             return Status::Success;
         };
-        if s.prepared.is_none() {
+        let Some(prep) = &s.prepared else {
             return Status::Success;
-        }
+        };
         // Filter's answer for the node; recomputed if Filter did not run there (a nominated
         // node's, or a caller that skipped it).
         let stored = s
@@ -409,14 +409,16 @@ impl ReservePlugin for DynamicResources {
             .lock()
             .ok()
             .and_then(|m| m.get(node).cloned());
-        let results = match stored {
-            Some(r) => (*r).clone(),
+        let picks = match stored {
+            Some(p) => p,
             None => match self.allocate_on(s, &ni) {
                 Err(e) => return Status::Error(e),
                 Ok(None) => return Status::Unschedulable(ERR_CANNOT_ALLOCATE.into()),
-                Ok(Some(r)) => r,
+                Ok(Some(p)) => Arc::new(p),
             },
         };
+        // The same index and node give the same device list Filter's picks point into.
+        let results = allocator::results(prep, &ni, &s.index.devices(&ni), &picks);
         let Some(s) = state.read_mut::<State>(STATE_KEY) else {
             return Status::Success;
         };
@@ -755,16 +757,16 @@ impl ScorePlugin for DynamicResources {
         let Some(s) = state.read::<State>(STATE_KEY) else {
             return 0;
         };
-        let Some(results) = s
-            .node_allocations
-            .lock()
-            .ok()
-            .and_then(|m| m.get(node.name()).cloned())
-        else {
+        let (Some(prep), Some(picks)) = (
+            &s.prepared,
+            s.node_allocations
+                .lock()
+                .ok()
+                .and_then(|m| m.get(node.name()).cloned()),
+        ) else {
             return 0;
         };
-        let claims = s.to_allocate.iter().map(|&i| s.claims[i].as_ref());
-        scoring::score(claims, &results)
+        picks.score(prep)
     }
 
     fn normalize(&self, _state: &CycleState, _pod: &Pod, scores: &mut [i64]) {

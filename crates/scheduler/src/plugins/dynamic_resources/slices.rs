@@ -10,6 +10,7 @@ use rkube_cel::Value;
 
 use super::allocator::{slice_on_node, NodeDevice, SelectorMemo};
 use super::selectors::device_value;
+use super::tracker::{DeviceId, Tracker};
 
 /// A slice with the CEL value of each of its devices, built once per index: every pod's Filter
 /// would otherwise rebuild them on every node.
@@ -18,10 +19,12 @@ struct Indexed {
     values: Vec<Value>,
     /// Per device, selector results already known (see [`SelectorMemo`]).
     memos: Vec<SelectorMemo>,
+    /// Per device, the tracker's id for it (see [`Tracker::intern_slice_devices`]).
+    ids: Vec<u32>,
 }
 
 impl Indexed {
-    fn new(slice: Arc<ResourceSlice>) -> Indexed {
+    fn new(slice: Arc<ResourceSlice>, intern: &mut dyn FnMut(&DeviceId) -> u32) -> Indexed {
         let values: Vec<Value> = slice
             .spec
             .devices
@@ -30,10 +33,24 @@ impl Indexed {
             .map(|d| device_value(&slice.spec.driver, d))
             .collect();
         let memos = (0..values.len()).map(|_| SelectorMemo::default()).collect();
+        let ids = slice
+            .spec
+            .devices
+            .iter()
+            .flatten()
+            .map(|d| {
+                intern(&DeviceId {
+                    driver: slice.spec.driver.clone(),
+                    pool: slice.spec.pool.name.clone(),
+                    device: d.name.clone(),
+                })
+            })
+            .collect();
         Indexed {
             slice,
             values,
             memos,
+            ids,
         }
     }
 }
@@ -46,10 +63,31 @@ pub struct SliceIndex {
     shared: Vec<Indexed>,
     /// (driver, pool) whose newest generation has fewer slices than it announces.
     pub incomplete: HashSet<(String, String)>,
+    /// The tracker's interner epoch the devices' ids belong to.
+    pub epoch: u64,
 }
 
 impl SliceIndex {
-    pub fn build(slices: Vec<Arc<ResourceSlice>>) -> SliceIndex {
+    /// Indexes `slices`, with device ids from `tracker`.
+    pub fn build(slices: Vec<Arc<ResourceSlice>>, tracker: &Tracker) -> SliceIndex {
+        let (idx, epoch) = tracker.intern_slice_devices(|intern| {
+            let idx = Self::build_with(slices, intern);
+            let n = idx
+                .by_node
+                .values()
+                .flatten()
+                .chain(&idx.shared)
+                .map(|s| s.ids.len())
+                .sum();
+            (idx, n)
+        });
+        SliceIndex { epoch, ..idx }
+    }
+
+    fn build_with(
+        slices: Vec<Arc<ResourceSlice>>,
+        intern: &mut dyn FnMut(&DeviceId) -> u32,
+    ) -> SliceIndex {
         let mut pools: HashMap<(String, String), Vec<Arc<ResourceSlice>>> = HashMap::new();
         for s in slices {
             if s.metadata.deletion_timestamp.is_some() {
@@ -84,8 +122,12 @@ impl SliceIndex {
                         !n.is_empty() && s.spec.per_device_node_selection != Some(true)
                     });
                 match node {
-                    Some(n) => idx.by_node.entry(n).or_default().push(Indexed::new(s)),
-                    None => idx.shared.push(Indexed::new(s)),
+                    Some(n) => idx
+                        .by_node
+                        .entry(n)
+                        .or_default()
+                        .push(Indexed::new(s, intern)),
+                    None => idx.shared.push(Indexed::new(s, intern)),
                 }
             }
         }
@@ -96,7 +138,7 @@ impl SliceIndex {
     pub fn devices<'a>(&'a self, node: &NodeInfo) -> Vec<NodeDevice<'a>> {
         let mut out = Vec::new();
         for s in self.by_node.get(node.name()).into_iter().flatten() {
-            for ((d, v), m) in s
+            for (((d, v), m), &id) in s
                 .slice
                 .spec
                 .devices
@@ -104,12 +146,13 @@ impl SliceIndex {
                 .flatten()
                 .zip(&s.values)
                 .zip(&s.memos)
+                .zip(&s.ids)
             {
-                out.push(NodeDevice::with_value(&s.slice, d, v, m));
+                out.push(NodeDevice::with_value(&s.slice, d, v, m, id));
             }
         }
         for s in &self.shared {
-            for ((d, v), m) in s
+            for (((d, v), m), &id) in s
                 .slice
                 .spec
                 .devices
@@ -117,9 +160,10 @@ impl SliceIndex {
                 .flatten()
                 .zip(&s.values)
                 .zip(&s.memos)
+                .zip(&s.ids)
             {
                 if slice_on_node(&s.slice, Some(d), node) {
-                    out.push(NodeDevice::with_value(&s.slice, d, v, m));
+                    out.push(NodeDevice::with_value(&s.slice, d, v, m, id));
                 }
             }
         }

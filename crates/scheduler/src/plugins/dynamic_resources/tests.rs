@@ -464,6 +464,7 @@ fn incomplete_pools_and_generations() {
                 Arc::new(serde_json::from_value::<ResourceSlice>(o).unwrap())
             })
             .collect(),
+        &tracker::Tracker::default(),
     );
     let n1 = labeled_node("n1", json!({}));
     assert_eq!(idx.devices(&n1).len(), 1, "only generation 1 counts");

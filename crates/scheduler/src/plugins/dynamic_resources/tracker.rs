@@ -28,13 +28,43 @@ struct Assumed {
     pending: bool,
 }
 
+/// Ids at or below which the interner is never compacted (about 100 MiB of names at most).
+const INTERN_FLOOR: usize = if cfg!(test) { 8 } else { 1 << 20 };
+
+/// Device names as small integers: Filter checks every candidate device of every node against
+/// the taken set, and hashing three strings per check was a tenth of a DRA bench's CPU. Names
+/// stay interned while no claim or slice uses them, so the table is compacted (new ids, a new
+/// epoch) once it holds twice the names in use; slice indexes of an older epoch are rebuilt.
+#[derive(Default)]
+struct Interner {
+    ids: HashMap<Arc<DeviceId>, u32>,
+    names: Vec<Arc<DeviceId>>,
+    epoch: u64,
+    /// Devices the last slice index interned (in use until the next index).
+    slice_devices: usize,
+}
+
+impl Interner {
+    fn intern(&mut self, d: &DeviceId) -> u32 {
+        if let Some(&id) = self.ids.get(d) {
+            return id;
+        }
+        let id = self.names.len() as u32;
+        let d = Arc::new(d.clone());
+        self.names.push(d.clone());
+        self.ids.insert(d, id);
+        id
+    }
+}
+
 #[derive(Default)]
 struct Inner {
     assumed: HashMap<String, Assumed>,
-    /// Devices taken by each claim (by `namespace/name`).
-    by_claim: HashMap<String, Vec<DeviceId>>,
-    /// driver -> pool -> device -> number of claims holding it (normally 1).
-    taken: HashMap<String, HashMap<String, HashMap<String, u32>>>,
+    /// Devices taken by each claim (by `namespace/name`), as interned ids.
+    by_claim: HashMap<String, Vec<u32>>,
+    names: Interner,
+    /// By interned id: the number of claims holding the device (normally 0 or 1).
+    taken: Vec<u32>,
 }
 
 /// Shared by the plugin (every profile's) and the claim informer's handlers.
@@ -83,37 +113,50 @@ pub fn claim_devices(c: &ResourceClaim) -> Vec<DeviceId> {
 impl Inner {
     fn set_devices(&mut self, key: &str, devices: Vec<DeviceId>) {
         if let Some(old) = self.by_claim.remove(key) {
-            for d in old {
-                let pools = self.taken.entry(d.driver.clone()).or_default();
-                let devs = pools.entry(d.pool.clone()).or_default();
-                if let Some(n) = devs.get_mut(&d.device) {
-                    *n -= 1;
-                    if *n == 0 {
-                        devs.remove(&d.device);
-                    }
-                }
-                if devs.is_empty() {
-                    pools.remove(&d.pool);
-                }
-                if pools.is_empty() {
-                    self.taken.remove(&d.driver);
+            for id in old {
+                if let Some(n) = self.taken.get_mut(id as usize) {
+                    *n = n.saturating_sub(1);
                 }
             }
         }
         if devices.is_empty() {
             return;
         }
-        for d in &devices {
-            *self
-                .taken
-                .entry(d.driver.clone())
-                .or_default()
-                .entry(d.pool.clone())
-                .or_default()
-                .entry(d.device.clone())
-                .or_default() += 1;
+        self.compact_if_needed(devices.len());
+        let ids: Vec<u32> = devices.iter().map(|d| self.names.intern(d)).collect();
+        for &id in &ids {
+            let i = id as usize;
+            if self.taken.len() <= i {
+                self.taken.resize(i + 1, 0);
+            }
+            self.taken[i] += 1;
         }
-        self.by_claim.insert(key.to_string(), devices);
+        self.by_claim.insert(key.to_string(), ids);
+    }
+
+    /// Renumbers the names claims hold once the table has grown past twice the names in use
+    /// (plus `adding`); slice indexes see the new epoch and intern their devices again.
+    fn compact_if_needed(&mut self, adding: usize) {
+        let held: usize = self.by_claim.values().map(Vec::len).sum();
+        let limit = INTERN_FLOOR.max(2 * (held + self.names.slice_devices + adding));
+        if self.names.names.len() < limit {
+            return;
+        }
+        let old = std::mem::take(&mut self.names);
+        self.names.epoch = old.epoch + 1;
+        let mut taken = Vec::new();
+        for ids in self.by_claim.values_mut() {
+            for id in ids.iter_mut() {
+                let name = &old.names[*id as usize];
+                *id = self.names.intern(name);
+                let i = *id as usize;
+                if taken.len() <= i {
+                    taken.resize(i + 1, 0);
+                }
+                taken[i] += 1;
+            }
+        }
+        self.taken = taken;
     }
 
     /// The claim to believe: what PreBind wrote while the informer is behind it. A pending
@@ -230,23 +273,67 @@ impl Tracker {
     /// Runs `f` with a view of the taken devices (one lock for a whole Filter call).
     pub fn with_taken<R>(&self, f: impl FnOnce(&Taken<'_>) -> R) -> R {
         match self.inner.read() {
-            Ok(g) => f(&Taken(Some(&g.taken))),
+            Ok(g) => f(&Taken(Some(&*g))),
             Err(_) => f(&Taken(None)),
         }
     }
+
+    /// Ids for the devices of a new slice index (`f` is called with an interning function), and
+    /// the epoch they belong to.
+    pub fn intern_slice_devices<R>(
+        &self,
+        f: impl FnOnce(&mut dyn FnMut(&DeviceId) -> u32) -> (R, usize),
+    ) -> (R, u64) {
+        match self.inner.write() {
+            Ok(mut g) => {
+                g.names.slice_devices = 0;
+                g.compact_if_needed(0);
+                let epoch = g.names.epoch;
+                let (r, n) = f(&mut |d| g.names.intern(d));
+                g.names.slice_devices = n;
+                (r, epoch)
+            }
+            // No ids: every check goes by name (an epoch no index has).
+            Err(_) => (f(&mut |_| NO_ID).0, u64::MAX),
+        }
+    }
+
+    /// The interner's epoch: slice indexes built in an older one are stale.
+    pub fn epoch(&self) -> u64 {
+        self.inner.read().map(|g| g.names.epoch).unwrap_or(u64::MAX)
+    }
 }
 
-type TakenMap = HashMap<String, HashMap<String, HashMap<String, u32>>>;
+/// A device without an interned id (checked by name).
+pub const NO_ID: u32 = u32::MAX;
 
 /// The devices held by allocated (or being allocated) claims.
-pub struct Taken<'a>(Option<&'a TakenMap>);
+pub struct Taken<'a>(Option<&'a Inner>);
 
 impl Taken<'_> {
     pub fn contains(&self, driver: &str, pool: &str, device: &str) -> bool {
+        let Some(g) = self.0 else { return false };
+        let d = DeviceId {
+            driver: driver.into(),
+            pool: pool.into(),
+            device: device.into(),
+        };
+        g.names.ids.get(&d).is_some_and(|&id| self.by_id(id))
+    }
+
+    fn by_id(&self, id: u32) -> bool {
         self.0
-            .and_then(|m| m.get(driver))
-            .and_then(|p| p.get(pool))
-            .is_some_and(|d| d.contains_key(device))
+            .and_then(|g| g.taken.get(id as usize))
+            .is_some_and(|&n| n > 0)
+    }
+
+    /// By the id a slice index of `epoch` gave the device; by name if the ids were renumbered
+    /// since (an index built before a compaction, still used by this cycle).
+    pub fn contains_id(&self, id: u32, epoch: u64, driver: &str, pool: &str, device: &str) -> bool {
+        match self.0 {
+            Some(g) if g.names.epoch == epoch && id != NO_ID => self.by_id(id),
+            _ => self.contains(driver, pool, device),
+        }
     }
 }
 
@@ -307,6 +394,62 @@ mod tests {
         store.upsert(freed.clone());
         t.on_claim("ns/c", Some(&freed));
         assert!(!t.with_taken(|x| x.contains("d", "p", "dev-0")));
+    }
+
+    fn dev(name: &str) -> DeviceId {
+        DeviceId {
+            driver: "d".into(),
+            pool: "p".into(),
+            device: name.into(),
+        }
+    }
+
+    #[test]
+    fn slice_devices_are_checked_by_id_and_by_name_after_a_compaction() {
+        let t = Tracker::default();
+        let store = Store::<ResourceClaim>::new();
+        let (ids, epoch) = t.intern_slice_devices(|intern| {
+            let ids: Vec<u32> = ["dev-0", "dev-1"].iter().map(|n| intern(&dev(n))).collect();
+            (ids, 2)
+        });
+        assert_eq!(ids, [0, 1]);
+        let c = claim("5", &["dev-1"]);
+        store.upsert(c.clone());
+        t.on_claim("ns/c", Some(&c));
+        let check = |id, e, name: &str| t.with_taken(|x| x.contains_id(id, e, "d", "p", name));
+        assert!(!check(ids[0], epoch, "dev-0"));
+        assert!(check(ids[1], epoch, "dev-1"));
+        // Claims with devices no slice has, until the table outgrows twice the names in use.
+        for i in 0..16 {
+            let other = claim("6", &[&format!("gone-{i}")]);
+            t.on_claim("ns/other", Some(&other));
+        }
+        t.on_claim("ns/other", None);
+        let now = t.epoch();
+        assert!(now > epoch, "compacted");
+        let g = t.inner.read().unwrap();
+        assert!(
+            g.names.names.len() <= INTERN_FLOOR,
+            "{}",
+            g.names.names.len()
+        );
+        drop(g);
+        // The old index's ids are stale: its checks go by name and still see dev-1 taken.
+        assert!(check(ids[1], epoch, "dev-1"));
+        assert!(!check(ids[0], epoch, "dev-0"));
+        assert!(check(NO_ID, now, "dev-1"));
+        // A new index gets ids of the new epoch.
+        let (ids, epoch) = t.intern_slice_devices(|intern| {
+            let ids: Vec<u32> = ["dev-0", "dev-1"].iter().map(|n| intern(&dev(n))).collect();
+            (ids, 2)
+        });
+        assert_eq!(epoch, now);
+        assert!(check(ids[1], epoch, "dev-1"));
+        assert!(!check(ids[0], epoch, "dev-0"));
+        // Freed by deallocation.
+        let freed = claim("7", &[]);
+        t.on_claim("ns/c", Some(&freed));
+        assert!(!check(ids[1], epoch, "dev-1"));
     }
 
     #[test]

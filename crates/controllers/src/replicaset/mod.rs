@@ -15,6 +15,7 @@ use client::controller::{Controller, EnqueueHandler};
 use client::events::{ApiEventSink, EventBroadcaster, EventType, Recorder};
 use client::informer::{split_key, EventHandlerFuncs, SharedInformerFactory};
 use client::workqueue::{default_controller_rate_limiter, QueueConfig, RateLimitingQueue};
+use futures::StreamExt;
 use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::{ObjectReference, Pod, ReplicationController};
 use kube::api::{ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
@@ -22,6 +23,9 @@ use kube::Api;
 use serde_json::json;
 
 use expectations::{PodEvents, UidTrackingExpectations};
+
+/// Pod deletes of one sync in flight at once.
+const DELETES_IN_FLIGHT: usize = 32;
 
 /// Expectations older than this are dropped (upstream `ExpectationsTimeout`).
 const EXPECTATIONS_TIMEOUT: Duration = Duration::from_secs(300);
@@ -358,9 +362,23 @@ async fn sync_replicaset(ctx: &Ctx, key: &str) -> Result<(), String> {
             active.sort_by(|a, b| sync::deletion_order(a, b));
             let doomed: Vec<&Pod> = active.iter().take(diff).map(|p| p.as_ref()).collect();
             ctx.pod_events().deleting(key, &doomed);
-            for pod in doomed {
+            // In parallel, as upstream (a goroutine per pod), at most DELETES_IN_FLIGHT at once:
+            // the kube client speaks HTTP/1.1, one connection per request in flight. Every
+            // pod is tried, so none is left expected but never deleted.
+            let names: Vec<String> = doomed
+                .iter()
+                .map(|p| p.metadata.name.clone().unwrap_or_default())
+                .collect();
+            let results: Vec<_> = futures::stream::iter(names.into_iter().map(|name| {
+                let api = pods_api.clone();
+                async move { api.delete(&name, &DeleteParams::default()).await }
+            }))
+            .buffered(DELETES_IN_FLIGHT)
+            .collect()
+            .await;
+            for (pod, result) in doomed.iter().zip(results) {
                 let pod_name = pod.metadata.name.as_deref().unwrap_or("");
-                match pods_api.delete(pod_name, &DeleteParams::default()).await {
+                match result {
                     Ok(_) => ctx.event(
                         &rs,
                         EventType::Normal,
@@ -379,8 +397,7 @@ async fn sync_replicaset(ctx: &Ctx, key: &str) -> Result<(), String> {
                             "FailedDelete",
                             &format!("Error deleting: {message}"),
                         );
-                        failure = Some(("FailedDelete", message));
-                        break;
+                        failure.get_or_insert(("FailedDelete", message));
                     }
                 }
             }

@@ -29,6 +29,8 @@ pub struct KubeletConfig {
     pub http_check_frequency: Duration,
     /// How often every pod is synced even without a change (`syncFrequency`).
     pub sync_frequency: Duration,
+    /// How often pod volumes' use is measured (`volumeStatsAggPeriod`); zero turns it off.
+    pub volume_stats_agg_period: Duration,
     pub node_status_update_frequency: Duration,
     pub node_status_report_frequency: Duration,
     pub node_lease_duration_seconds: i32,
@@ -81,6 +83,7 @@ impl KubeletConfig {
             file_check_frequency: Duration::from_secs(20),
             http_check_frequency: Duration::from_secs(20),
             sync_frequency: Duration::from_secs(60),
+            volume_stats_agg_period: Duration::from_secs(60),
             node_status_update_frequency: Duration::from_secs(10),
             node_status_report_frequency: Duration::from_secs(300),
             node_lease_duration_seconds: 40,

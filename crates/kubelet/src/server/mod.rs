@@ -1,15 +1,15 @@
 //! The kubelet's HTTPS server (upstream `pkg/kubelet/server`), on port 10250 by default: container
 //! logs (`/containerLogs/<ns>/<pod>/<container>`), `exec`, `attach` and `portForward` (passed through
 //! to the runtime's streaming server, see [`streaming`]), `/pods`, `/healthz`, `/configz` (see
-//! [`configz`]), `/stats/summary` and `/metrics/resource` (see [`crate::stats`]).
+//! [`configz`]), `/stats/summary`, `/metrics/resource` and `/metrics` (see [`crate::stats`]).
 //!
 //! TLS with the certificate given by flags, or a self-signed one kept in `<root-dir>/pki`
 //! (`kubelet.crt`, as upstream makes it). Every request is authenticated and authorized first
 //! ([`auth`]): client certificates from `--client-ca-file`, bearer tokens through `TokenReview`,
 //! anonymous access; then `AlwaysAllow` or `SubjectAccessReview` (`--authorization-mode Webhook`).
 //!
-//! Differences: no `/metrics`, `/metrics/cadvisor`, `/metrics/probes`, `/spec`, `/runningpods` or
-//! `/checkpoint` endpoints.
+//! Differences: `/metrics` has only the volume stats gauges; no `/metrics/cadvisor`,
+//! `/metrics/probes`, `/spec`, `/runningpods` or `/checkpoint` endpoints.
 
 pub mod auth;
 pub mod configz;
@@ -219,6 +219,18 @@ pub async fn serve(listener: Listener, kubelet: Arc<Kubelet>) {
     ));
     // One per server: it keeps the CPU samples rates are computed from.
     let stats = Arc::new(crate::stats::Provider::default());
+    // Volume use is measured in the background and only read by requests; stops with the server.
+    // (A JoinSet aborts its tasks when dropped.)
+    let mut background = tokio::task::JoinSet::new();
+    let k = kubelet.clone();
+    background.spawn(
+        stats
+            .volumes
+            .clone()
+            .run(kubelet.config.volume_stats_agg_period, move || {
+                k.volumes.stat_sources()
+            }),
+    );
     tracing::info!(%addr, "kubelet server listening");
     let mut connections = tokio::task::JoinSet::new();
     loop {
@@ -411,6 +423,11 @@ async fn handle(
         ["metrics", "resource"] if method == Method::GET => body_response(
             "text/plain; version=0.0.4; charset=utf-8",
             stats.collect(kubelet).await.to_prometheus().into_bytes(),
+        ),
+        // Of upstream's `/metrics`, only the volume stats collector's gauges.
+        ["metrics"] if method == Method::GET => body_response(
+            "text/plain; version=0.0.4; charset=utf-8",
+            crate::stats::volume::prometheus(&stats.volumes.all()).into_bytes(),
         ),
         ["containerLogs", ns, pod, container] if method == Method::GET => {
             container_logs(kubelet, ns, pod, container, &query).await

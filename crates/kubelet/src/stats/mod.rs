@@ -9,16 +9,20 @@
 //! the sandbox and every container, as cadvisor reports pods); the node from `/proc`. CPU rates
 //! (`usageNanoCores`) come from the last sample kept per container ([`rate`]).
 //!
+//! Volume figures come from a cache a background task refreshes ([`volume`]).
+//!
 //! Differences: no `systemContainers`, no per-pod network (it lives in the pod's namespace), no
-//! volume stats, no `imageFs`/`containerFs`; `ListPodSandboxStats` is not used (the pod cgroup gives
+//! `imageFs`/`containerFs`; `ListPodSandboxStats` is not used (the pod cgroup gives
 //! the same figures without a round trip).
 
 pub mod cgroup;
 pub mod prometheus;
 pub mod rate;
+pub mod volume;
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{json, Map, Value};
@@ -61,6 +65,8 @@ pub struct PodStats {
     pub containers: Vec<ContainerStats>,
     pub cpu: Option<Cpu>,
     pub memory: Option<Memory>,
+    /// The pod's volumes as last measured.
+    pub volumes: Option<Arc<Vec<volume::VolumeStats>>>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -87,6 +93,8 @@ pub struct Provider {
     pub hierarchies: cgroup::Hierarchies,
     pub rates: rate::CpuRates,
     pub proc_root: PathBuf,
+    /// Refreshed by [`volume::Cache::run`], which the kubelet server starts.
+    pub volumes: Arc<volume::Cache>,
 }
 
 impl Default for Provider {
@@ -95,6 +103,7 @@ impl Default for Provider {
             hierarchies: cgroup::Hierarchies::detect(),
             rates: Default::default(),
             proc_root: PathBuf::from("/proc"),
+            volumes: Default::default(),
         }
     }
 }
@@ -287,6 +296,7 @@ impl Provider {
                     time_nanos: at,
                     figures,
                 }),
+                volumes: self.volumes.get(&view.uid),
                 name: view.name,
                 namespace: view.namespace,
                 uid: view.uid,
@@ -331,6 +341,24 @@ fn memory_json(m: &Memory) -> Value {
 
 fn used_json(time: &str, used: u64) -> Value {
     json!({"time": time, "usedBytes": used})
+}
+
+/// Upstream `VolumeStats`: the `FsStats` figures, the volume's name and its claim.
+fn volume_json(v: &volume::VolumeStats) -> Value {
+    let mut out = json!({
+        "time": rfc3339(v.time_nanos),
+        "availableBytes": v.available_bytes,
+        "capacityBytes": v.capacity_bytes,
+        "usedBytes": v.used_bytes,
+        "inodesFree": v.inodes_free,
+        "inodes": v.inodes,
+        "inodesUsed": v.inodes_used,
+        "name": v.name,
+    });
+    if let Some((namespace, name)) = &v.pvc {
+        out["pvcRef"] = json!({"name": name, "namespace": namespace});
+    }
+    out
 }
 
 fn insert_some(obj: &mut Value, key: &str, v: Option<Value>) {
@@ -413,7 +441,17 @@ impl Summary {
                 insert_some(&mut v, "cpu", p.cpu.as_ref().map(cpu_json));
                 insert_some(&mut v, "memory", p.memory.as_ref().map(memory_json));
                 if !only_cpu_and_memory {
+                    let volumes = p.volumes.as_deref().map(Vec::as_slice).unwrap_or(&[]);
+                    // Upstream: a pod's ephemeral storage counts its non-claim volumes too.
+                    ephemeral += volumes
+                        .iter()
+                        .filter(|v| v.pvc.is_none())
+                        .map(|v| v.used_bytes)
+                        .sum::<u64>();
                     v["ephemeral-storage"] = used_json(&time, ephemeral);
+                    if !volumes.is_empty() {
+                        v["volume"] = volumes.iter().map(volume_json).collect();
+                    }
                 }
                 v
             })
@@ -472,6 +510,22 @@ mod tests {
                     logs_used_bytes: Some(10),
                     ..Default::default()
                 }],
+                volumes: Some(Arc::new(vec![
+                    volume::VolumeStats {
+                        name: "cache".into(),
+                        used_bytes: 100,
+                        ..Default::default()
+                    },
+                    volume::VolumeStats {
+                        name: "data".into(),
+                        pvc: Some(("default".into(), "data-web-0".into())),
+                        used_bytes: 5000,
+                        capacity_bytes: 9000,
+                        inodes_used: 3,
+                        time_nanos: 1_700_000_000_000_000_000,
+                        ..Default::default()
+                    },
+                ])),
                 ..Default::default()
             }],
             errors: false,
@@ -493,11 +547,24 @@ mod tests {
         );
         assert!(c["memory"].get("availableBytes").is_none(), "no limit");
         assert_eq!(c["rootfs"]["usedBytes"], 4096);
-        assert_eq!(s["pods"][0]["ephemeral-storage"]["usedBytes"], 4106);
+        assert_eq!(
+            s["pods"][0]["ephemeral-storage"]["usedBytes"], 4206,
+            "rootfs, logs and the non-claim volume"
+        );
+        let volumes = &s["pods"][0]["volume"];
+        assert_eq!(volumes[0]["name"], "cache");
+        assert!(volumes[0].get("pvcRef").is_none());
+        assert_eq!(volumes[1]["pvcRef"]["name"], "data-web-0");
+        assert_eq!(volumes[1]["pvcRef"]["namespace"], "default");
+        assert_eq!(volumes[1]["usedBytes"], 5000);
+        assert_eq!(volumes[1]["capacityBytes"], 9000);
+        assert_eq!(volumes[1]["inodesUsed"], 3);
+        assert_eq!(volumes[1]["time"], "2023-11-14T22:13:20Z");
         assert_eq!(s["pods"][0]["podRef"]["uid"], "u1");
         let only = sample().to_json(true);
         assert!(only["pods"][0]["containers"][0].get("rootfs").is_none());
         assert!(only["pods"][0].get("ephemeral-storage").is_none());
+        assert!(only["pods"][0].get("volume").is_none());
     }
 
     #[test]

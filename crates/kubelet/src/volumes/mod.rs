@@ -21,11 +21,13 @@
 //! `clusterTrustBundle` and `podCertificate` projections are refused; a projected
 //! `serviceAccountToken` needs the API server's TokenRequest API (without it the mount fails, as
 //! upstream's would); `mountPropagation`, `recursiveReadOnly`, SELinux relabelling, emptyDir
-//! quotas and size eviction, and the `volumesInUse`/volume stats reports are not done; ConfigMaps
+//! quotas and size eviction, and the `volumesInUse` report are not done (volume stats: see
+//! [`crate::stats::volume`], which reads what [`VolumeManager::setup`] records); ConfigMaps
 //! and Secrets are read from the API server on each sync rather than from a watch cache.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Pod, Volume};
 use kube::Api;
@@ -40,6 +42,7 @@ pub mod persistent;
 pub mod projected;
 pub mod subpath;
 
+use crate::stats::volume::{Method, Source};
 use atomic_writer::Payload;
 use configmap::Kind;
 
@@ -57,6 +60,22 @@ pub struct VolumeManager {
     /// What a container without a limit has for downward API `resourceFieldRef`s.
     node_allocatable: BTreeMap<String, String>,
     tokens: projected::TokenManager,
+    /// Each pod's mounted volumes as the volume stats see them, by pod UID (upstream's
+    /// `GetMountedVolumesForPod`); set by [`VolumeManager::setup`], dropped by `teardown`.
+    mounted: Mutex<HashMap<String, Arc<Vec<Source>>>>,
+}
+
+/// How the volume stats measure a pod volume (see [`crate::stats::volume`]); `None`: not at all.
+fn stat_method(v: &Volume, local_pv: bool) -> Option<Method> {
+    if v.persistent_volume_claim.is_some() || v.ephemeral.is_some() {
+        return Some(if local_pv { Method::StatFs } else { Method::Du });
+    }
+    let du = v.empty_dir.is_some()
+        || v.config_map.is_some()
+        || v.secret.is_some()
+        || v.downward_api.is_some()
+        || v.projected.is_some();
+    du.then_some(Method::Du)
 }
 
 fn plugin_dir(pod_dir: &Path, plugin: &str, name: &str) -> PathBuf {
@@ -117,7 +136,18 @@ impl VolumeManager {
             root_dir,
             node_allocatable,
             tokens: projected::TokenManager::default(),
+            mounted: Mutex::default(),
         }
+    }
+
+    /// Every pod's mounted volumes, for the volume stats.
+    pub fn stat_sources(&self) -> Vec<(String, Arc<Vec<Source>>)> {
+        self.mounted
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|(uid, v)| (uid.clone(), v.clone()))
+            .collect()
     }
 
     fn client(&self) -> Result<&kube::Client, String> {
@@ -133,6 +163,7 @@ impl VolumeManager {
         let pod_dir = self.root_dir.join("pods").join(uid);
         refuse_volume_devices(pod)?;
         let mut out = HashMap::new();
+        let mut sources = Vec::new();
         for v in pod
             .spec
             .as_ref()
@@ -140,22 +171,37 @@ impl VolumeManager {
             .into_iter()
             .flatten()
         {
-            let mounted = self
+            let (mounted, local_pv) = self
                 .setup_one(pod, ns, &pod_dir, v)
                 .await
                 .map_err(|e| format!("MountVolume.SetUp failed for volume \"{}\" : {e}", v.name))?;
+            if let Some(method) = stat_method(v, local_pv) {
+                sources.push(Source {
+                    name: v.name.clone(),
+                    path: mounted.host_path.clone(),
+                    method,
+                    pvc: persistent::claim_of(pod, v).map(|(claim, _, _)| (ns.to_string(), claim)),
+                });
+            }
             out.insert(v.name.clone(), mounted);
+        }
+        if !uid.is_empty() {
+            self.mounted
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(uid.to_string(), Arc::new(sources));
         }
         Ok(out)
     }
 
+    /// One volume, and whether it is a `local` persistent volume (measured by `statfs`).
     async fn setup_one(
         &self,
         pod: &Pod,
         ns: &str,
         pod_dir: &Path,
         v: &Volume,
-    ) -> Result<MountedVolume, String> {
+    ) -> Result<(MountedVolume, bool), String> {
         let api_data = |host_path: PathBuf| MountedVolume {
             host_path,
             read_only: true,
@@ -165,17 +211,19 @@ impl VolumeManager {
         let in_memory = Some(emptydir::memory_size(&self.node_allocatable, pod, None));
         if let Some(e) = &v.empty_dir {
             let dir = emptydir::setup(pod_dir, &v.name, e, pod, &self.node_allocatable)?;
-            return Ok(MountedVolume {
+            let mounted = MountedVolume {
                 host_path: dir,
                 read_only: false,
-            });
+            };
+            return Ok((mounted, false));
         }
         if let Some(h) = &v.host_path {
             hostpath::check(Path::new(&h.path), h.type_.as_deref().unwrap_or(""))?;
-            return Ok(MountedVolume {
+            let mounted = MountedVolume {
                 host_path: PathBuf::from(&h.path),
                 read_only: false,
-            });
+            };
+            return Ok((mounted, false));
         }
         if let Some(c) = &v.config_map {
             let payload = configmap::payload(
@@ -190,7 +238,7 @@ impl VolumeManager {
             .await?;
             let dir = plugin_dir(pod_dir, "configmap", &v.name);
             write_volume(&dir, &payload, fs_group, None)?;
-            return Ok(api_data(dir));
+            return Ok((api_data(dir), false));
         }
         if let Some(s) = &v.secret {
             let name = s.secret_name.clone().unwrap_or_default();
@@ -206,7 +254,7 @@ impl VolumeManager {
             .await?;
             let dir = plugin_dir(pod_dir, "secret", &v.name);
             write_volume(&dir, &payload, fs_group, in_memory)?;
-            return Ok(api_data(dir));
+            return Ok((api_data(dir), false));
         }
         if let Some(d) = &v.downward_api {
             let payload = downwardapi::collect_data(
@@ -217,7 +265,7 @@ impl VolumeManager {
             )?;
             let dir = plugin_dir(pod_dir, "downward-api", &v.name);
             write_volume(&dir, &payload, fs_group, in_memory)?;
-            return Ok(api_data(dir));
+            return Ok((api_data(dir), false));
         }
         if let Some(p) = &v.projected {
             let ctx = projected::Context {
@@ -231,7 +279,7 @@ impl VolumeManager {
             let payload = projected::collect(&ctx, &v.name, p).await?;
             let dir = plugin_dir(pod_dir, "projected", &v.name);
             write_volume(&dir, &payload, fs_group, in_memory)?;
-            return Ok(api_data(dir));
+            return Ok((api_data(dir), false));
         }
         if let Some((claim_name, must_own, read_only)) = persistent::claim_of(pod, v) {
             return self
@@ -241,7 +289,8 @@ impl VolumeManager {
         Err("this volume type is not supported by the rkube kubelet".into())
     }
 
-    /// A claim's bound volume, mounted by its source (see [`persistent`]).
+    /// A claim's bound volume, mounted by its source (see [`persistent`]), and whether the volume
+    /// is a `local` one.
     async fn persistent(
         &self,
         pod: &Pod,
@@ -249,7 +298,7 @@ impl VolumeManager {
         claim_name: &str,
         must_own: bool,
         read_only: bool,
-    ) -> Result<MountedVolume, String> {
+    ) -> Result<(MountedVolume, bool), String> {
         let client = self.client()?.clone();
         let claims: Api<PersistentVolumeClaim> = Api::namespaced(client.clone(), ns);
         let claim = claims
@@ -270,8 +319,8 @@ impl VolumeManager {
             .ok_or_else(|| format!("failed to fetch PV {pv_name:?} from API server: not found"))?;
         // Local volumes are handed to the pod's fsGroup as upstream's local plugin does (hostPath
         // volumes are not: upstream leaves their ownership alone).
-        let fs_group = ownership::fs_group(pod)
-            .filter(|_| volume.spec.as_ref().is_some_and(|s| s.local.is_some()) && !read_only);
+        let local = volume.spec.as_ref().is_some_and(|s| s.local.is_some());
+        let fs_group = ownership::fs_group(pod).filter(|_| local && !read_only);
         tokio::task::spawn_blocking(move || {
             let mounted = persistent::mount_volume(&claim, &volume, read_only)?;
             if let Some((group, on_root_mismatch)) = fs_group {
@@ -282,7 +331,7 @@ impl VolumeManager {
                     false,
                 )?;
             }
-            Ok(mounted)
+            Ok((mounted, local))
         })
         .await
         .map_err(|e| e.to_string())?
@@ -294,6 +343,10 @@ impl VolumeManager {
             return;
         }
         self.tokens.forget_pod(uid);
+        self.mounted
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(uid);
         let dir = self.root_dir.join("pods").join(uid);
         emptydir::unmount_under(&dir);
         if let Err(e) = std::fs::remove_dir_all(&dir) {
@@ -345,5 +398,40 @@ mod tests {
         let file = std::fs::metadata(plain.join("key")).unwrap();
         assert_eq!(file.mode() & 0o7777, 0o400);
         assert_eq!(std::fs::metadata(&plain).unwrap().mode() & 0o7777, 0o777);
+    }
+
+    #[test]
+    fn volumes_measured_as_upstream_plugins_report() {
+        let v = |json: serde_json::Value| -> Volume { serde_json::from_value(json).unwrap() };
+        let du = Some(Method::Du);
+        assert_eq!(
+            stat_method(&v(serde_json::json!({"name": "a", "emptyDir": {}})), false),
+            du
+        );
+        assert_eq!(
+            stat_method(
+                &v(serde_json::json!({"name": "a", "secret": {"secretName": "s"}})),
+                false
+            ),
+            du
+        );
+        let claim =
+            v(serde_json::json!({"name": "a", "persistentVolumeClaim": {"claimName": "c"}}));
+        assert_eq!(
+            stat_method(&claim, false),
+            du,
+            "hostPath-backed (local-path) volume"
+        );
+        assert_eq!(
+            stat_method(&claim, true),
+            Some(Method::StatFs),
+            "local volume"
+        );
+        let host = v(serde_json::json!({"name": "a", "hostPath": {"path": "/tmp"}}));
+        assert_eq!(
+            stat_method(&host, false),
+            None,
+            "upstream's hostPath has no metrics"
+        );
     }
 }

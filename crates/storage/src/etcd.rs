@@ -27,7 +27,6 @@
 //!   `etcd3/compact.go`: a transaction on [`COMPACT_REV_KEY`] lets one server per interval compact,
 //!   the others see the record's version moved and skip.
 
-use std::collections::VecDeque;
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,12 +36,16 @@ use bytes::Bytes;
 use etcd_client::{
     Client, CompactionOptions, Compare, CompareOp, ConnectOptions, DeleteOptions, EventType,
     GetOptions, KvClient, PutOptions, Txn, TxnOp, TxnOpResponse, TxnResponse, WatchClient,
-    WatchOptions, WatchRequestSender, WatchResponse,
+    WatchOptions,
 };
 use futures::StreamExt;
 
 #[path = "etcd_progress.rs"]
 mod progress;
+#[path = "etcd_watch.rs"]
+mod watch;
+
+use watch::WatchState;
 
 use crate::{
     prefix_range_end, CompactionRound, CompactionState, Deleted, Error, Event, EventKind, KeyValue,
@@ -154,35 +157,14 @@ impl EtcdStore {
         requester: Option<ProgressRequester>,
     ) -> Result<WatchState> {
         let (start, end) = self.range(prefix);
-        let mut options = WatchOptions::new().with_range(end).with_prev_key();
-        if from_revision > 0 {
-            // etcd's start revision is inclusive; ours is exclusive.
-            options = options.with_start_revision(from_revision + 1);
-        }
-        let stream = self.watch.clone().watch(start, Some(options)).await?;
-        let (sender, mut stream) = stream.split();
-        // Wait for etcd to confirm the watcher, so "from now" includes every write that starts after this
-        // call returns.
-        let created = stream.message().await?.ok_or_else(|| {
-            Error::Backend("etcd: watch stream closed before the watch was created".into())
-        })?;
-        let mut state = WatchState {
-            stream,
-            sender,
+        WatchState::open(
+            self.watch.clone(),
+            (start, end),
+            self.prefix.clone(),
+            from_revision,
             requester,
-            prefix: self.prefix.clone(),
-            pending: VecDeque::new(),
-            finished: false,
-            last_revision: if from_revision > 0 {
-                from_revision
-            } else {
-                header_revision(created.header())?
-            },
-        };
-        // A start revision already known to be compacted (or a refused watch) fails the call itself.
-        // The creation response carries no events, so nothing is lost.
-        state.absorb(created)?;
-        Ok(state)
+        )
+        .await
     }
 
     fn kv(&self) -> KvClient {
@@ -544,104 +526,6 @@ impl Store for EtcdStore {
             )
             .await?;
         Ok(resp.count())
-    }
-}
-
-/// The state of one watch: etcd's stream and the items of its last response not yet delivered (one
-/// response can carry many events, and we deliver them one by one, in order).
-struct WatchState {
-    stream: etcd_client::WatchResponseStream,
-    /// The request half of the gRPC stream: progress requests go there. Each watch has its own stream,
-    /// so a progress answer concerns this watcher only.
-    sender: WatchRequestSender,
-    requester: Option<ProgressRequester>,
-    prefix: Arc<str>,
-    /// Items to deliver; an `Err` is the last item.
-    pending: VecDeque<Result<WatchItem>>,
-    finished: bool,
-    /// The revision of the last event delivered (or the start): the requested revision reported if
-    /// etcd cancels the watcher for compaction.
-    last_revision: Revision,
-}
-
-impl WatchState {
-    /// The next item of the watch stream; `None` after an error item.
-    async fn next(&mut self) -> Option<Result<WatchItem>> {
-        loop {
-            if let Some(item) = self.pending.pop_front() {
-                match &item {
-                    Ok(WatchItem::Event(event)) => self.last_revision = event.revision(),
-                    Ok(WatchItem::Progress(_)) => {}
-                    Err(_) => {
-                        self.finished = true;
-                        self.pending.clear();
-                    }
-                }
-                return Some(item);
-            }
-            if self.finished {
-                return None;
-            }
-            let requested = async {
-                match &self.requester {
-                    Some(requester) => requester.requested().await,
-                    None => std::future::pending().await,
-                }
-            };
-            // Both branches are cancel-safe: tonic keeps a partly read message in the stream, and a
-            // request permit not taken stays stored.
-            let received = tokio::select! {
-                received = self.stream.message() => received,
-                () = requested => {
-                    if let Err(e) = self.sender.request_progress().await {
-                        self.pending.push_back(Err(e.into()));
-                    }
-                    continue;
-                }
-            };
-            match received {
-                Ok(Some(resp)) => {
-                    if let Err(e) = self.absorb(resp) {
-                        self.pending.push_back(Err(e));
-                    }
-                }
-                Ok(None) => self
-                    .pending
-                    .push_back(Err(Error::Backend("etcd: watch stream closed".into()))),
-                Err(e) => self.pending.push_back(Err(e.into())),
-            }
-        }
-    }
-
-    /// Queues the items of one etcd response; an error ends the watch (after the events before it).
-    fn absorb(&mut self, resp: WatchResponse) -> Result<()> {
-        if resp.compact_revision() > 0 {
-            // The start revision (or, for a watcher that fell behind, its next one) is compacted.
-            return Err(Error::Compacted {
-                requested: self.last_revision,
-                compacted: resp.compact_revision(),
-            });
-        }
-        if resp.canceled() {
-            return Err(Error::Backend(format!(
-                "etcd: watch cancelled: {}",
-                resp.cancel_reason()
-            )));
-        }
-        if resp.events().is_empty() {
-            // Neither a creation nor events: a progress notification. Its header carries the revision
-            // the watcher is synced to (only asked for when the server orders it with the events).
-            if !resp.created() && self.requester.is_some() {
-                self.pending
-                    .push_back(Ok(WatchItem::Progress(header_revision(resp.header())?)));
-            }
-            return Ok(());
-        }
-        for event in resp.events() {
-            self.pending
-                .push_back(Ok(WatchItem::Event(convert_event(&self.prefix, event)?)));
-        }
-        Ok(())
     }
 }
 

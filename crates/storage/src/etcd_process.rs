@@ -184,3 +184,185 @@ fn http_get(endpoint: &str, path: &str) -> std::io::Result<String> {
         ))),
     }
 }
+
+/// A local etcd cluster of several members on loopback (issue 22's failure tests): each member can
+/// be killed and started again on its data directory, and the leader is found from `/metrics`.
+pub struct EtcdCluster {
+    members: Vec<Member>,
+    _dir: tempfile::TempDir,
+}
+
+struct Member {
+    name: String,
+    client_url: String,
+    peer_url: String,
+    data_dir: PathBuf,
+    log_path: PathBuf,
+    child: Option<Child>,
+}
+
+impl EtcdCluster {
+    /// Starts `size` members (etcd's default timings: 100 ms heartbeats, 1 s election timeout) and
+    /// waits until every one answers its health check (which needs a leader).
+    pub fn start(size: usize) -> Result<EtcdCluster, String> {
+        let dir = tempfile::tempdir().map_err(|e| format!("cannot create a directory: {e}"))?;
+        // Hold every listener at once so the ports differ, then release them for etcd.
+        let ports = {
+            let listeners = (0..size * 2)
+                .map(|_| TcpListener::bind("127.0.0.1:0"))
+                .collect::<std::io::Result<Vec<_>>>()
+                .map_err(|e| format!("cannot bind a loopback port: {e}"))?;
+            listeners
+                .iter()
+                .map(|l| l.local_addr().map(|a| a.port()))
+                .collect::<std::io::Result<Vec<_>>>()
+                .map_err(|e| e.to_string())?
+        };
+        let members: Vec<Member> = (0..size)
+            .map(|i| Member {
+                name: format!("m{}", i + 1),
+                client_url: format!("http://127.0.0.1:{}", ports[2 * i]),
+                peer_url: format!("http://127.0.0.1:{}", ports[2 * i + 1]),
+                data_dir: dir.path().join(format!("m{}", i + 1)),
+                log_path: dir.path().join(format!("m{}.log", i + 1)),
+                child: None,
+            })
+            .collect();
+        let mut cluster = EtcdCluster { members, _dir: dir };
+        for i in 0..size {
+            cluster.spawn(i)?;
+        }
+        for i in 0..size {
+            cluster.wait_healthy(i)?;
+        }
+        Ok(cluster)
+    }
+
+    /// Every member's client URL.
+    pub fn endpoints(&self) -> Vec<String> {
+        self.members.iter().map(|m| m.client_url.clone()).collect()
+    }
+
+    /// SIGKILL of member `i` (no-op if it is not running).
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut child) = self.members[i].child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts member `i` again on its data directory and waits until it is healthy.
+    pub fn restart(&mut self, i: usize) -> Result<(), String> {
+        self.kill(i);
+        self.spawn(i)?;
+        self.wait_healthy(i)
+    }
+
+    /// The member that reports itself leader, if exactly one running member does.
+    pub fn leader(&self) -> Option<usize> {
+        let leaders: Vec<usize> = (0..self.members.len())
+            .filter(|&i| self.members[i].child.is_some())
+            .filter(|&i| {
+                http_get(&self.members[i].client_url, "/metrics")
+                    .is_ok_and(|body| body.lines().any(|l| l.trim() == "etcd_server_is_leader 1"))
+            })
+            .collect();
+        match leaders[..] {
+            [one] => Some(one),
+            _ => None,
+        }
+    }
+
+    pub fn pid(&self, i: usize) -> Option<u32> {
+        self.members[i].child.as_ref().map(Child::id)
+    }
+
+    /// Member `i`'s log so far (for failure messages).
+    pub fn log(&self, i: usize) -> String {
+        std::fs::read_to_string(&self.members[i].log_path).unwrap_or_default()
+    }
+
+    fn spawn(&mut self, i: usize) -> Result<(), String> {
+        let initial_cluster = self
+            .members
+            .iter()
+            .map(|m| format!("{}={}", m.name, m.peer_url))
+            .collect::<Vec<_>>()
+            .join(",");
+        let m = &mut self.members[i];
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&m.log_path)
+            .map_err(|e| format!("cannot open etcd's log: {e}"))?;
+        let log_err = log.try_clone().map_err(|e| e.to_string())?;
+        let mut command = Command::new("etcd");
+        for (name, _) in std::env::vars_os() {
+            if name.to_string_lossy().starts_with("ETCD_") {
+                command.env_remove(name);
+            }
+        }
+        if std::env::consts::ARCH == "aarch64" {
+            command.env("ETCD_UNSUPPORTED_ARCH", "arm64");
+        }
+        command
+            .arg(format!("--name={}", m.name))
+            .arg(format!("--data-dir={}", m.data_dir.display()))
+            .arg(format!("--listen-client-urls={}", m.client_url))
+            .arg(format!("--advertise-client-urls={}", m.client_url))
+            .arg(format!("--listen-peer-urls={}", m.peer_url))
+            .arg(format!("--initial-advertise-peer-urls={}", m.peer_url))
+            .arg(format!("--initial-cluster={initial_cluster}"))
+            // Ignored by a member restarted on its data directory, as in production.
+            .arg("--initial-cluster-state=new")
+            .arg("--initial-cluster-token=rkube-test")
+            .arg("--logger=zap")
+            .arg("--log-outputs=stderr")
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log_err);
+        m.child = Some(
+            command
+                .spawn()
+                .map_err(|e| format!("cannot start etcd (Debian package etcd-server): {e}"))?,
+        );
+        Ok(())
+    }
+
+    fn wait_healthy(&mut self, i: usize) -> Result<(), String> {
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            let exited = self.members[i]
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten());
+            let m = &self.members[i];
+            if let Some(status) = exited {
+                return Err(format!(
+                    "etcd {} exited ({status}): {}",
+                    m.name,
+                    self.log(i)
+                ));
+            }
+            if http_get(&m.client_url, "/health").is_ok_and(|b| b.contains("\"health\":\"true\"")) {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "etcd {} not healthy within {START_TIMEOUT:?}: {}",
+                    m.name,
+                    self.log(i)
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+impl Drop for EtcdCluster {
+    fn drop(&mut self) {
+        for i in 0..self.members.len() {
+            self.kill(i);
+        }
+    }
+}

@@ -4,8 +4,12 @@
 //! Virtual time R advances at `min(seats wanted, concurrency limit) / active queues` per second;
 //! a request's work is its seats times an estimated service time (upstream's 3 ms); the next
 //! request dispatched is the head of the queue whose `nextDispatchR + work` is least, when its
-//! seats fit. A queue's `nextDispatchR` advances by each request's work at dispatch and is
-//! corrected by the actual service time at finish. With no queues (limitResponse Reject) a request
+//! seats fit (if they do not, nothing is dispatched until they do: no narrower request overtakes
+//! it, as upstream). A queue's `nextDispatchR` advances by each request's work at dispatch and is
+//! corrected by the actual service time at finish; after every change to a queue it is raised to
+//! its head's arrival if below (upstream's anti-windup, `boundNextDispatchLocked`), so a queue
+//! whose long requests are charged only their estimate while they run cannot dispatch a later
+//! arrival ahead of requests that waited longer in other queues. With no queues (limitResponse Reject) a request
 //! runs if its seats fit and is refused otherwise. A request wider than the whole limit runs alone.
 //!
 //! Pure state: the caller gives the time (seconds on any monotonic clock) and a payload per waiting
@@ -93,6 +97,8 @@ pub struct QueueSet<T> {
     virtual_now: f64,
     last_real: f64,
     robin: usize,
+    /// Requests queued so far: where the search of a hand starts (upstream's `enqueues`).
+    enqueues: u64,
     seats_in_use: usize,
     executing: usize,
     waiting: usize,
@@ -116,6 +122,7 @@ impl<T> QueueSet<T> {
             virtual_now: 0.0,
             last_real: now,
             robin: 0,
+            enqueues: 0,
             seats_in_use: 0,
             executing: 0,
             waiting: 0,
@@ -238,17 +245,38 @@ impl<T> QueueSet<T> {
         }
     }
 
-    /// Upstream's `shuffleShardLocked`: of the flow's hand, the queue with the least waiting work.
-    fn choose_queue(&self, hash: u64) -> Option<usize> {
+    /// Upstream's `shuffleShardLocked`: of the flow's hand, the queue with the least waiting work
+    /// (seats times the estimated service time, so least waiting seats), searched from a place that
+    /// moves with every enqueue so that ties do not always go to the same queue.
+    fn choose_queue(&mut self, hash: u64) -> Option<usize> {
         let dealer = self.dealer.as_ref()?;
+        let hand = dealer.deal_into_hand(hash);
+        if hand.is_empty() {
+            return None;
+        }
+        let offset = (self.enqueues % hand.len() as u64) as usize;
+        self.enqueues = self.enqueues.wrapping_add(1);
         let mut best: Option<(usize, usize)> = None;
-        dealer.deal(hash, |i| {
+        for k in 0..hand.len() {
+            let i = hand[(offset + k) % hand.len()];
             let work = self.queues[i].waiting_seats;
             if best.is_none_or(|(_, w)| work < w) {
                 best = Some((i, work));
             }
-        });
+        }
         best.map(|(i, _)| i)
+    }
+
+    /// Upstream's `boundNextDispatchLocked`: a queue's next dispatch is never before its head's
+    /// arrival.
+    fn bound_next_dispatch(&mut self, i: usize) {
+        if let Some(q) = self.queues.get_mut(i) {
+            if let Some(head) = q.waiting.front() {
+                if q.next_dispatch_r < head.arrival_r {
+                    q.next_dispatch_r = head.arrival_r;
+                }
+            }
+        }
     }
 
     fn push(&mut self, i: usize, w: Waiting<T>) {
@@ -260,6 +288,7 @@ impl<T> QueueSet<T> {
         q.waiting_seats += w.seats;
         q.waiting.push_back(w);
         self.waiting += 1;
+        self.bound_next_dispatch(i);
     }
 
     fn can_accommodate(&self, seats: usize) -> bool {
@@ -348,10 +377,8 @@ impl<T> QueueSet<T> {
             let work = w.work();
             let q = &mut self.queues[i];
             q.waiting_seats -= w.seats;
-            if q.next_dispatch_r < w.arrival_r {
-                q.next_dispatch_r = w.arrival_r;
-            }
             q.next_dispatch_r += work;
+            self.bound_next_dispatch(i);
             self.robin = i;
             let ticket = self.ticket(Some(i), w.seats, now);
             run.push((w.payload, ticket));
@@ -389,6 +416,9 @@ impl<T> QueueSet<T> {
                 let actual = (now - ticket.started).max(0.0);
                 q.next_dispatch_r -= ticket.seats as f64 * (ESTIMATED_SERVICE_SECONDS - actual);
             }
+            if let Some(i) = ticket.queue {
+                self.bound_next_dispatch(i);
+            }
         }
         self.dispatch(now, run);
     }
@@ -397,11 +427,13 @@ impl<T> QueueSet<T> {
     /// when it is not waiting any more (it was dispatched meanwhile).
     pub fn cancel(&mut self, id: u64, now: f64) -> Option<T> {
         self.sync_time(now);
-        for q in &mut self.queues {
+        for i in 0..self.queues.len() {
+            let q = &mut self.queues[i];
             if let Some(pos) = q.waiting.iter().position(|w| w.id == id) {
                 let w = q.waiting.remove(pos)?;
                 q.waiting_seats -= w.seats;
                 self.waiting -= 1;
+                self.bound_next_dispatch(i);
                 return Some(w.payload);
             }
         }
@@ -543,5 +575,72 @@ mod tests {
         let (_, t) = run.remove(0);
         qs.finish(t, 0.3, &mut run);
         assert!(qs.idle());
+    }
+
+    /// Three hashes dealt three different queues (hands of 1).
+    fn three_flows(queues: usize) -> (u64, u64, u64) {
+        let dealer = Dealer::new(queues as i64, 1).unwrap();
+        let q = |h: u64| dealer.deal_into_hand(h)[0];
+        let a = 0u64;
+        let b = (1..1000).find(|h| q(*h) != q(a)).unwrap();
+        let c = (1..1000).find(|h| q(*h) != q(a) && q(*h) != q(b)).unwrap();
+        (a, b, c)
+    }
+
+    /// Upstream's anti-windup (`boundNextDispatchLocked`): a queue whose long request has been
+    /// executing (charged only its 3 ms estimate so far) does not get to dispatch a request that
+    /// arrived later ahead of one that has waited longer in another queue: its next dispatch is
+    /// never earlier than its head's arrival.
+    #[test]
+    fn a_queue_busy_for_long_does_not_jump_ahead_of_earlier_arrivals() {
+        let (a, b, c) = three_flows(8);
+        let mut qs = QueueSet::new(queued(8, 1, 10), 2, 0.0);
+        let mut run = Vec::new();
+        qs.start(0.0, a, 1, "a0", &mut run).unwrap();
+        qs.start(0.0, b, 1, "b0", &mut run).unwrap();
+        assert_eq!(run.len(), 2, "both fit");
+        // Seats full: c1 waits from t=5, a1 from t=10.
+        qs.start(5.0, c, 1, "c1", &mut run).unwrap();
+        qs.start(10.0, a, 1, "a1", &mut run).unwrap();
+        assert_eq!(qs.waiting(), 2);
+        // b0 ends: one seat, for the request that arrived first in virtual time.
+        let (_, b0) = run.pop().unwrap();
+        qs.finish(b0, 10.1, &mut run);
+        assert_eq!(run.last().map(|(n, _)| *n), Some("c1"));
+    }
+
+    /// After every change, each queue's next dispatch is at or after its head's arrival.
+    #[test]
+    fn next_dispatch_never_precedes_the_heads_arrival() {
+        let (a, b, c) = three_flows(4);
+        let mut qs = QueueSet::new(queued(4, 1, 50), 3, 0.0);
+        let mut run: Vec<(u32, Ticket)> = Vec::new();
+        let mut t = 0.0;
+        let check = |qs: &QueueSet<u32>| {
+            for q in &qs.queues {
+                if let Some(head) = q.waiting.front() {
+                    assert!(
+                        q.next_dispatch_r >= head.arrival_r,
+                        "{} < {}",
+                        q.next_dispatch_r,
+                        head.arrival_r
+                    );
+                }
+            }
+        };
+        for step in 0..300u32 {
+            t += 0.01;
+            let flow = [a, b, c][(step % 3) as usize];
+            let seats = 1 + (step % 2) as usize;
+            let _ = qs.start(t, flow, seats, step, &mut run);
+            check(&qs);
+            // Finish the oldest running one every other step, some quick, some slow.
+            if step % 2 == 0 && !run.is_empty() {
+                let (_, ticket) = run.remove(0);
+                let end = if step % 4 == 0 { ticket.started } else { t };
+                qs.finish(ticket, end.max(t), &mut run);
+                check(&qs);
+            }
+        }
     }
 }

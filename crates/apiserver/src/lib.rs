@@ -36,6 +36,7 @@ pub mod request;
 pub mod resource_metrics;
 pub mod response;
 pub mod rest;
+pub mod retry_after;
 pub mod selectable;
 pub mod server;
 pub mod service_resolver;
@@ -252,6 +253,8 @@ pub struct ApiServer {
     pub watch_terminator: Arc<shutdown::WatchTerminator>,
     /// See [`Config::shutdown`].
     pub shutdown: shutdown::ShutdownOptions,
+    /// `--shutdown-send-retry-after`'s refusals and the requests in flight (see [`retry_after`]).
+    pub retry_after: retry_after::Gate,
     /// The latest resource usage of nodes and pods (`metrics.k8s.io`).
     pub resource_metrics: resource_metrics::Store,
     /// Remote APIServices and the credentials to reach them (see [`aggregator`]).
@@ -450,6 +453,7 @@ pub async fn start_member(
         watches: watchlimit::WatchLimits::new(config.max_watches_per_user),
         watch_terminator: Default::default(),
         shutdown: config.shutdown,
+        retry_after: Default::default(),
         resource_metrics: resource_metrics::Store::new(config.metric_resolution),
         aggregator: aggregator::Aggregator::new(front_proxy),
     });

@@ -263,6 +263,13 @@ async fn handle(
     req: Request<Incoming>,
 ) -> Response<Body> {
     let path = req.uri().path().to_string();
+    // Before authentication, as upstream's `WithRetryAfter`: during a `--shutdown-send-retry-after`
+    // drain new requests are refused with 429 (not audited: upstream's filter is outside audit).
+    let _in_flight = match api.retry_after.admit(&path, req.headers()) {
+        crate::retry_after::Admission::Refused(resp) => return resp,
+        crate::retry_after::Admission::Counted(guard) => Some(guard),
+        crate::retry_after::Admission::Exempt => None,
+    };
     let health = crate::healthz::endpoint(&path).is_some();
     if health || is_public(&path) {
         // Served whatever the credentials; audited as whoever they name (anonymous if nobody).

@@ -46,6 +46,11 @@ const HTTP2_STREAM_BUFFER: u32 = 256 * 1024;
 /// The connection's receive window is the stream buffer times this many streams at most (upstream:
 /// times every allowed stream; with rkube's 1,000 that would let one connection hold 256 MiB).
 const HTTP2_WINDOW_STREAMS: u32 = 100;
+/// Upstream's `tcpKeepAliveListener` period: an accepted connection idle this long gets TCP
+/// keep-alive probes, so one whose peer vanished without a FIN (powered off, cable cut) is found
+/// dead and frees its place under `--max-connections` and its watches. Go (1.23 on) sets only the
+/// idle time with `SetKeepAlivePeriod`; the probe interval and count stay the kernel's.
+pub const TCP_KEEPALIVE_IDLE: Duration = Duration::from_secs(180);
 /// Go's `http.Server` waits 5 ms after a failed accept, doubling up to 1 s.
 const ACCEPT_BACKOFF: (Duration, Duration) = (Duration::from_millis(5), Duration::from_secs(1));
 
@@ -182,6 +187,9 @@ pub(crate) async fn accept_loop(
             }
         };
         let _ = tcp.set_nodelay(true);
+        if let Err(e) = keep_alive(&tcp) {
+            tracing::debug!(%peer, error = %e, "TCP keep-alive not set");
+        }
         connections.spawn(serve_connection(
             Accepted {
                 tcp,
@@ -213,6 +221,12 @@ pub(crate) async fn accept_loop(
     }
     connections.abort_all();
     while connections.join_next().await.is_some() {}
+}
+
+/// TCP keep-alive on an accepted connection, as upstream's listener does.
+fn keep_alive(tcp: &tokio::net::TcpStream) -> std::io::Result<()> {
+    let probes = socket2::TcpKeepalive::new().with_time(TCP_KEEPALIVE_IDLE);
+    socket2::SockRef::from(tcp).set_tcp_keepalive(&probes)
 }
 
 struct Accepted {
@@ -254,8 +268,16 @@ async fn serve_connection(
         hyper::service::service_fn(move |req| {
             let guard = activity.enter();
             let handled = handler(cert_user.clone(), peer, req);
+            let activity = activity.clone();
             async move {
-                let resp = handled.await;
+                let mut resp = handled.await;
+                // `Connection: close` (the shutdown's 429): HTTP/1.1 closes after this response by
+                // itself; HTTP/2 has no such header, so the connection gets a GOAWAY, as Go's
+                // server does for it.
+                if h2 && connection_close(resp.headers()) {
+                    resp.headers_mut().remove(http::header::CONNECTION);
+                    activity.request_close();
+                }
                 Ok::<_, Infallible>(resp.map(|inner| {
                     Tracked {
                         inner,
@@ -286,11 +308,14 @@ async fn serve_connection(
                 return;
             }
             expired = activity.idle(first, header_timeout, idle_timeout), if !closing => {
-                if expired == Expired::Head {
-                    tracing::debug!(%peer, "a request head did not arrive within the header timeout");
-                    return;
+                match expired {
+                    Expired::Head => {
+                        tracing::debug!(%peer, "a request head did not arrive within the header timeout");
+                        return;
+                    }
+                    Expired::Close => tracing::debug!(%peer, "closing a connection on Connection: close"),
+                    Expired::Idle => tracing::debug!(%peer, "closing an idle connection"),
                 }
-                tracing::debug!(%peer, "closing an idle connection");
                 conn.as_mut().graceful_shutdown();
                 closing = true;
             }
@@ -318,6 +343,8 @@ struct ActivityState {
     head_started: Option<Instant>,
     /// Whether heads are timed (not on HTTP/2, whose frames flow between requests).
     time_heads: bool,
+    /// A response asked for the connection to close (HTTP/2's stand-in for `Connection: close`).
+    close_requested: bool,
 }
 
 /// Why [`Activity::idle`] returned.
@@ -327,6 +354,17 @@ enum Expired {
     Head,
     /// Nothing in flight or arriving for the idle timeout.
     Idle,
+    /// A response asked for the connection to close.
+    Close,
+}
+
+/// Whether `headers` carry `Connection: close`.
+fn connection_close(headers: &http::HeaderMap) -> bool {
+    headers
+        .get_all(http::header::CONNECTION)
+        .iter()
+        .flat_map(|v| v.as_bytes().split(|b| *b == b','))
+        .any(|token| token.trim_ascii().eq_ignore_ascii_case(b"close"))
 }
 
 impl Activity {
@@ -338,6 +376,7 @@ impl Activity {
                 served: false,
                 head_started: None,
                 time_heads,
+                close_requested: false,
             }),
             changed: Notify::new(),
         })
@@ -359,6 +398,12 @@ impl Activity {
         ActiveGuard(self.clone())
     }
 
+    /// Asks for the connection to be closed gracefully (see [`Expired::Close`]).
+    fn request_close(&self) {
+        self.lock().close_requested = true;
+        self.changed.notify_waiters();
+    }
+
     /// Bytes came from the client: with no request in flight, a request head has started.
     fn received(&self) {
         let mut state = self.lock();
@@ -378,6 +423,9 @@ impl Activity {
             notified.as_mut().enable();
             let deadline = {
                 let state = self.lock();
+                if state.close_requested {
+                    return Expired::Close;
+                }
                 match (state.active, state.head_started) {
                     (0, Some(started)) => Some((started + head, Expired::Head)),
                     (0, None) => Some((
@@ -565,6 +613,47 @@ mod tests {
         let bytes = body.collect().await.unwrap().to_bytes();
         assert_eq!(&bytes[..], b"ok");
         assert_eq!(activity.lock().active, 0);
+    }
+
+    #[tokio::test]
+    async fn a_close_request_ends_the_wait_at_once() {
+        let activity = Activity::new(false);
+        let _in_flight = activity.enter();
+        let waiting = tokio::spawn({
+            let activity = activity.clone();
+            async move {
+                let long = Duration::from_secs(3600);
+                activity.idle(long, long, long).await
+            }
+        });
+        activity.request_close();
+        let why = tokio::time::timeout(Duration::from_secs(5), waiting)
+            .await
+            .expect("woken")
+            .unwrap();
+        assert_eq!(why, Expired::Close);
+    }
+
+    #[test]
+    fn connection_close_is_found_among_tokens() {
+        let mut headers = http::HeaderMap::new();
+        assert!(!connection_close(&headers));
+        headers.insert(http::header::CONNECTION, "keep-alive".parse().unwrap());
+        assert!(!connection_close(&headers));
+        headers.insert(http::header::CONNECTION, "Upgrade, Close".parse().unwrap());
+        assert!(connection_close(&headers));
+    }
+
+    #[tokio::test]
+    async fn accepted_connections_get_upstreams_keep_alive() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let _client = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (tcp, _) = listener.accept().await.unwrap();
+        keep_alive(&tcp).unwrap();
+        let sock = socket2::SockRef::from(&tcp);
+        assert!(sock.keepalive().unwrap());
+        assert_eq!(sock.tcp_keepalive_time().unwrap(), TCP_KEEPALIVE_IDLE);
     }
 
     #[test]

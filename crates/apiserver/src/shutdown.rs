@@ -1,11 +1,14 @@
-//! Graceful shutdown, as upstream's `genericapiserver` `RunWithContext` (its default mode, without
-//! `--shutdown-send-retry-after`):
+//! Graceful shutdown, as upstream's `genericapiserver` `RunWithContext`:
 //!
 //! 1. ShutdownInitiated: `/readyz` fails its `shutdown` check at once, so load balancers stop
 //!    sending new clients; requests are still served as before.
 //! 2. `--shutdown-delay-duration` later (0 by default): NotAcceptingNewRequest. The listener is
 //!    closed (new connections are refused), idle connections are closed, HTTP/2 connections get a
-//!    GOAWAY and HTTP/1.1 ones close after their current response.
+//!    GOAWAY and HTTP/1.1 ones close after their current response. With
+//!    `--shutdown-send-retry-after` the listener stays open a while longer: new requests get 429
+//!    with `Retry-After` and `Connection: close` ([`crate::retry_after`]) until the requests in
+//!    flight have been answered (at most the request timeout), and only then does the rest of this
+//!    step happen.
 //! 3. In-flight requests finish (each is bounded by its request deadline; upstream's server
 //!    shutdown waits at most `--request-timeout` for them, so does this one), and open watches are
 //!    ended cleanly (their body ends, so clients re-list and re-watch, elsewhere since this server
@@ -41,6 +44,8 @@ pub const MIN_WATCH_END_RATE: f64 = 200.0;
 pub struct ShutdownOptions {
     pub delay: Duration,
     pub watch_termination_grace_period: Duration,
+    /// `--shutdown-send-retry-after`.
+    pub send_retry_after: bool,
 }
 
 /// The open watches, each of which can be told to end.
@@ -188,6 +193,25 @@ impl crate::Running {
             .api
             .request_timeout
             .max(options.watch_termination_grace_period);
+        if options.send_retry_after {
+            self.api.retry_after.refuse_new_requests();
+            tracing::info!(
+                in_flight = self.api.retry_after.in_flight(),
+                "[graceful-termination] answering new requests 429 with Retry-After; waiting for requests in flight before closing the listener"
+            );
+            // Each request is bounded by its deadline; the bound here covers one stuck before it.
+            let waited = self.api.request_timeout;
+            if tokio::time::timeout(waited, self.api.retry_after.drained())
+                .await
+                .is_err()
+            {
+                tracing::warn!(
+                    after = ?waited,
+                    in_flight = self.api.retry_after.in_flight(),
+                    "[graceful-termination] requests still in flight; closing the listener anyway"
+                );
+            }
+        }
         tracing::info!(
             watches = self.api.watch_terminator.open(),
             limit = ?limit,

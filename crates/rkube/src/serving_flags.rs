@@ -33,6 +33,11 @@ pub struct ServingFlags {
     /// clients do not all re-list at once; 0 ends them all at once.
     #[arg(long, default_value = "0s", value_parser = parse_go_duration_or_zero)]
     pub shutdown_watch_termination_grace_period: Duration,
+    /// After --shutdown-delay-duration, keep the listener open and answer new requests 429 with
+    /// Retry-After: 5 and Connection: close until the requests in flight are done (health probes
+    /// and /metrics are still served), so clients move to another server at once; then close it.
+    #[arg(long, default_value_t = false, num_args = 0..=1, default_missing_value = "true", action = clap::ArgAction::Set)]
+    pub shutdown_send_retry_after: bool,
     /// The limit the server gives clients for concurrent streams on one HTTP/2 connection (0:
     /// 1000; upstream's 0 means 100, but hyper-based clients queue past the limit instead of
     /// opening another connection).
@@ -68,6 +73,7 @@ impl ServingFlags {
         config.shutdown = apiserver::shutdown::ShutdownOptions {
             delay: self.shutdown_delay_duration,
             watch_termination_grace_period: self.shutdown_watch_termination_grace_period,
+            send_retry_after: self.shutdown_send_retry_after,
         };
     }
 }
@@ -115,6 +121,19 @@ mod tests {
         );
         assert_eq!(config.serving.read_header_timeout, Duration::from_secs(2));
         assert_eq!(config.serving.max_connections_per_ip, 3);
+        assert!(!config.shutdown.send_retry_after);
+        for flag in [
+            "--shutdown-send-retry-after",
+            "--shutdown-send-retry-after=true",
+        ] {
+            assert!(parse(&[flag]).unwrap().shutdown.send_retry_after, "{flag}");
+        }
+        assert!(
+            !parse(&["--shutdown-send-retry-after=false"])
+                .unwrap()
+                .shutdown
+                .send_retry_after
+        );
         assert!(parse(&["--read-header-timeout=0s"]).is_err());
         assert!(parse(&["--shutdown-delay-duration=-1s"]).is_err());
         assert!(

@@ -10,7 +10,11 @@
 //! - a request whose body trickles in gets 504 `Timeout` after `--request-timeout`;
 //! - SIGTERM while a large LIST is being read slowly and a watch is open: `/readyz` fails with
 //!   `[-]shutdown failed` during `--shutdown-delay-duration`, then the listener closes while the LIST
-//!   goes on, the LIST completes, the watch ends cleanly and the process exits 0.
+//!   goes on, the LIST completes, the watch ends cleanly and the process exits 0;
+//! - with `--shutdown-send-retry-after` (a second server): after SIGTERM and the delay, new
+//!   requests get 429 with `Retry-After: 5` and `Connection: close` on a listener still open,
+//!   health probes are still answered, a request that was in flight finishes, and only then does
+//!   the listener close and the process exit 0.
 
 mod support;
 
@@ -465,6 +469,96 @@ fn sigterm_drains_and_exits_zero(ctx: &Ctx, c: &mut Cluster) {
     // The watch ends cleanly (its terminating chunk), after its remaining events.
     while watch.chunk().is_some() {}
 
+    let status = c
+        .wait_exit(DEADLINE)
+        .expect("the server exits after the drain");
+    assert_eq!(status.code(), Some(0), "{status:?}");
+}
+
+#[test]
+fn send_retry_after_refuses_new_requests_until_those_in_flight_finish() {
+    let tokens = support::token_file(&format!("{TOKEN},admin,admin-uid,\"system:masters\"\n"));
+    let tokens_path = tokens.path().to_str().expect("path").to_string();
+    let mut c = Cluster::start_with(
+        Backend::Sqlite,
+        &[
+            "--token-auth-file",
+            &tokens_path,
+            "--shutdown-send-retry-after",
+            "--shutdown-delay-duration=1s",
+            "--request-timeout=30s",
+        ],
+    );
+    let ctx = Ctx::new(&c);
+    // A request in flight: its body is half sent.
+    let body = r#"{"metadata":{"name":"in-flight"},"data":{"k":"v"}}"#;
+    let (first, rest) = body.split_at(20);
+    let mut in_flight = ctx.connect();
+    in_flight.send(
+        format!(
+            "POST /api/v1/namespaces/default/configmaps HTTP/1.1\r\nHost: 127.0.0.1\r\n\
+             Authorization: Bearer {TOKEN}\r\nContent-Type: application/json\r\n\
+             Content-Length: {}\r\n\r\n{first}",
+            body.len()
+        )
+        .as_bytes(),
+    );
+    // Served as usual until the signal (and the request above has reached the handler).
+    assert_eq!(ctx.connect().call("GET", "/version", None).0, 200);
+    std::thread::sleep(Duration::from_millis(200));
+
+    let pid = c.pid().expect("server running") as i32;
+    // SAFETY: signalling the child process this test started.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGTERM) }, 0);
+    let signalled = Instant::now();
+
+    // After the delay: 429, Retry-After, Connection: close, upstream's text; the connection is
+    // closed after it.
+    let refused_body = loop {
+        let mut conn = ctx.connect();
+        conn.request("GET", "/api/v1/namespaces/default/configmaps", None);
+        let head = conn.head();
+        let body = conn.body(&head);
+        if head.status == 429 {
+            assert_eq!(head.header("retry-after"), Some("5"));
+            assert_eq!(head.header("connection"), Some("close"));
+            assert!(conn.wait_closed().is_empty(), "closed after the 429");
+            break body;
+        }
+        assert_eq!(head.status, 200, "{}", String::from_utf8_lossy(&body));
+        assert!(
+            signalled.elapsed() < DEADLINE,
+            "never refused with Retry-After"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(
+        String::from_utf8_lossy(&refused_body),
+        "The apiserver is shutting down, please try again later.\n"
+    );
+    // Health probes are still answered (readyz failing), other paths refused.
+    let (status, body) = ctx.connect().call("GET", "/readyz?verbose", None);
+    assert_eq!(status, 500);
+    assert!(
+        String::from_utf8_lossy(&body).contains("[-]shutdown failed"),
+        "{}",
+        String::from_utf8_lossy(&body)
+    );
+    assert_eq!(ctx.connect().call("GET", "/livez", None).0, 200);
+    assert_eq!(ctx.connect().call("GET", "/version", None).0, 429);
+
+    // The request in flight completes; then the listener closes and the process exits 0.
+    in_flight.send(rest.as_bytes());
+    let head = in_flight.head();
+    let created = in_flight.body(&head);
+    assert_eq!(head.status, 201, "{}", String::from_utf8_lossy(&created));
+    loop {
+        match ctx.tcp_from(localhost()) {
+            Err(e) if e.kind() == ErrorKind::ConnectionRefused => break,
+            _ => assert!(signalled.elapsed() < DEADLINE, "the listener never closed"),
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
     let status = c
         .wait_exit(DEADLINE)
         .expect("the server exits after the drain");

@@ -3,8 +3,8 @@
 //! annotation), then bound containers, pods and claims by their `min`, `max` and
 //! `maxLimitRequestRatio`, with upstream's messages.
 //!
-//! As upstream: pods are handled on create only (their resources are immutable), claims on create and
-//! update, subresources and objects already being deleted never. LimitRanges are read from the watch
+//! As upstream: pods are handled on create and on `pods/resize` (the only way their resources
+//! change), claims on create and update, other subresources and objects already being deleted never. LimitRanges are read from the watch
 //! cache (upstream: an informer plus a live lookup when it is empty).
 
 use apimachinery::quantity::Quantity;
@@ -21,7 +21,15 @@ const ANNOTATION: &str = "kubernetes.io/limit-ranger";
 /// Whether the LimitRanger looks at this request (upstream `SupportsAttributes` plus the
 /// being-deleted check).
 fn supports(attrs: &Attributes<'_>, old: Option<&Value>) -> bool {
-    if attrs.subresource.is_some() || !attrs.group.is_empty() {
+    if !attrs.group.is_empty() {
+        return false;
+    }
+    // In-place resize changes a pod's resources through `pods/resize` (upstream 1.33+): defaulted
+    // and bounded as a new pod's.
+    if attrs.subresource == Some("resize") {
+        return attrs.resource == "pods" && attrs.operation == Operation::Update;
+    }
+    if attrs.subresource.is_some() {
         return false;
     }
     if !matches!(attrs.operation, Operation::Create | Operation::Update) {
@@ -548,5 +556,34 @@ mod tests {
                     .into()
             )
         );
+    }
+
+    /// Upstream `SupportsAttributes`: pods on create and on `pods/resize` updates, not on plain
+    /// updates or other subresources.
+    #[test]
+    fn pods_are_checked_on_create_and_resize() {
+        let user = crate::authn::UserInfo::server().clone();
+        let outcome = crate::admission::Outcome::default();
+        let attrs = |subresource, operation| Attributes {
+            group: "",
+            version: "v1",
+            kind: "Pod",
+            resource: "pods",
+            subresource,
+            namespace: "default",
+            name: "p",
+            operation,
+            dry_run: false,
+            user: &user,
+            outcome: &outcome,
+        };
+        assert!(supports(&attrs(None, Operation::Create), None));
+        assert!(!supports(&attrs(None, Operation::Update), None));
+        assert!(supports(&attrs(Some("resize"), Operation::Update), None));
+        assert!(!supports(&attrs(Some("status"), Operation::Update), None));
+        assert!(!supports(
+            &attrs(Some("ephemeralcontainers"), Operation::Update),
+            None
+        ));
     }
 }

@@ -6,7 +6,8 @@
 //!
 //! As upstream: a quota whose status the controller has not computed yet refuses what it would track
 //! (`status unknown for quota`), pods must state the cpu/memory requests and limits a quota tracks,
-//! dry runs are checked but charge nothing, subresources are not charged, and a conflicting write of a
+//! dry runs are checked but charge nothing, subresources are not charged (but `pods/resize`, as
+//! upstream: the growth of the pod's requests and limits), and a conflicting write of a
 //! quota's status is retried (three times) against the quota's latest version.
 //!
 //! Deliberately different: upstream batches waiting requests per namespace on worker goroutines and
@@ -105,7 +106,10 @@ pub fn check_request(
     now: k8s_openapi::jiff::Timestamp,
 ) -> Result<Vec<Option<ResourceList>>, Denial> {
     let mut out = vec![None; quotas.len()];
-    if !evaluator.handles(req.operation) {
+    // A pod update reaches here only from `pods/resize` (`admit` lets no other pod update
+    // through), which upstream's pod evaluator handles.
+    let resize = matches!(evaluator, Evaluator::Pods) && req.operation == Operation::Update;
+    if !evaluator.handles(req.operation) && !resize {
         return Ok(out);
     }
     let mut interesting = Vec::new();
@@ -264,7 +268,12 @@ impl QuotaAdmission {
         object: &Value,
         old: Option<&Value>,
     ) -> Result<(), ApiError> {
-        if attrs.subresource.is_some() || attrs.namespace.is_empty() {
+        // `pods/resize` is charged as an update of the pod (upstream's pod evaluator handles the
+        // resize subresource): only the growth of its requests and limits counts.
+        let resize = attrs.group.is_empty()
+            && attrs.resource == "pods"
+            && attrs.subresource == Some("resize");
+        if (attrs.subresource.is_some() && !resize) || attrs.namespace.is_empty() {
             return Ok(());
         }
         if quota::is_ignored(attrs.group, attrs.resource) {
@@ -274,7 +283,8 @@ impl QuotaAdmission {
         let Some(operation) = attrs.operation.for_quota() else {
             return Ok(());
         };
-        if !evaluator.handles(operation) || !self.has_quotas(api, attrs.namespace) {
+        let handled = evaluator.handles(operation) || (resize && operation == Operation::Update);
+        if !handled || !self.has_quotas(api, attrs.namespace) {
             return Ok(());
         }
         let evaluation = self.evaluate(api, attrs, operation, &evaluator, object, old);

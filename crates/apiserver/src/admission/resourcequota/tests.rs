@@ -267,3 +267,35 @@ fn updates_charge_only_the_growth() {
         "forbidden: unable to get previous usage since prior version of object was not found"
     );
 }
+
+fn resize<'a>(new: &'a Pod, old: &'a Pod) -> Request<'a> {
+    Request {
+        operation: Operation::Update,
+        object: Object::Pod(new),
+        old: Some(Object::Pod(old)),
+    }
+}
+
+/// `pods/resize` (upstream's pod evaluator handles it): only the growth of the pod's requests and
+/// limits is charged; a resize down charges nothing.
+#[test]
+fn pod_resizes_charge_the_growth() {
+    let (small, medium, big) = (cpu_pod("500m"), cpu_pod("800m"), cpu_pod("2"));
+    let compute = [computed(
+        "compute",
+        json!({"requests.cpu": "1", "limits.cpu": "1"}),
+        json!({"requests.cpu": "500m", "limits.cpu": "500m"}),
+    )];
+    assert_eq!(
+        outcome(&compute, &Evaluator::Pods, &resize(&big, &small)),
+        "forbidden: exceeded quota: compute, requested: limits.cpu=1500m,requests.cpu=1500m, used: limits.cpu=500m,requests.cpu=500m, limited: limits.cpu=1,requests.cpu=1"
+    );
+    assert_eq!(
+        outcome(&compute, &Evaluator::Pods, &resize(&medium, &small)),
+        "compute: limits.cpu=800m,requests.cpu=800m"
+    );
+    assert_eq!(
+        outcome(&compute, &Evaluator::Pods, &resize(&small, &medium)),
+        ""
+    );
+}

@@ -57,6 +57,8 @@ pub struct Kubelet {
     pub(crate) apparmor: bool,
     /// The resources admitted to each pod and applied to its containers (in-place resize).
     pub(crate) allocations: crate::sync::resize::Allocations,
+    /// The pods admitted to the node (resource-fit admission counts them).
+    pub(crate) admitted: crate::sync::admission::Admitted,
     /// Image ID -> when image GC first saw it unused (upstream's `imageMinimumGCAge`).
     unused_since: Mutex<HashMap<String, Instant>>,
     pod_config: PodConfig,
@@ -122,6 +124,7 @@ impl Kubelet {
                 crate::dra::cdi::SPEC_DIRS.iter().map(Into::into).collect(),
             )),
             allocations: crate::sync::resize::Allocations::load(&config.root_dir),
+            admitted: Default::default(),
             config,
             client,
             runtime,

@@ -163,7 +163,7 @@ fn runtime_features(body: &mut Value, response: &crate::cri::api::StatusResponse
     }
 }
 
-fn labels(config: &KubeletConfig) -> Value {
+pub(crate) fn labels(config: &KubeletConfig) -> Value {
     let arch = std::env::consts::ARCH
         .replace("x86_64", "amd64")
         .replace("aarch64", "arm64");

@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::Pod;
 #[derive(Clone, Debug, PartialEq, thiserror::Error)]
 #[error("{reason}: {message}")]
 pub struct Rejection {
-    pub reason: &'static str,
+    pub reason: String,
     pub message: String,
 }
 
@@ -153,7 +153,7 @@ impl SysctlAllowlist {
                 spec.host_ipc.unwrap_or(false),
             )
             .map_err(|e| Rejection {
-                reason: "SysctlForbidden",
+                reason: "SysctlForbidden".into(),
                 message: format!("forbidden sysctl: {e}"),
             })?;
         }
@@ -216,7 +216,7 @@ pub fn admit(pod: &Pod, node: &NodeSupport<'_>) -> Result<(), Rejection> {
     node.sysctls.admit(pod)?;
     if !node.apparmor && apparmor_required(pod) {
         return Err(Rejection {
-            reason: "AppArmor",
+            reason: "AppArmor".into(),
             message: "Cannot enforce AppArmor: AppArmor is not enabled on the host".into(),
         });
     }
@@ -228,7 +228,7 @@ pub fn admit(pod: &Pod, node: &NodeSupport<'_>) -> Result<(), Rejection> {
         == Some("Strict");
     if strict && !node.strict_supplemental_groups {
         return Err(Rejection {
-            reason: "SupplementalGroupsPolicyNotSupported",
+            reason: "SupplementalGroupsPolicyNotSupported".into(),
             message: "SupplementalGroupsPolicy=Strict is not supported in this node".into(),
         });
     }

@@ -4,6 +4,7 @@
 //! [`crate::sync`].
 
 pub mod admit;
+pub mod admit_fit;
 pub mod config;
 pub mod container;
 pub mod ephemeral;

@@ -5,6 +5,7 @@
 //! status. The I/O lives here; what to do is decided by the pure `kuberuntime::pod_actions`.
 //! Starting a container is in `start.rs`, killing and terminating in `terminate.rs`.
 
+pub(crate) mod admission;
 pub(crate) mod resize;
 mod start;
 mod terminate;
@@ -50,7 +51,7 @@ fn pod_ref(pod: &Pod) -> ObjectReference {
     }
 }
 
-fn pod_desc(pod: &Pod) -> String {
+pub(super) fn pod_desc(pod: &Pod) -> String {
     format!(
         "{}_{}({})",
         pod.metadata.name.as_deref().unwrap_or(""),
@@ -231,37 +232,6 @@ impl Kubelet {
             seccomp_root,
             seccomp_default: self.config.seccomp_default,
         }
-    }
-
-    /// The node's admission of a pod that has not started yet (upstream `canAdmitPod` for the
-    /// checks that depend on the node: sysctls, AppArmor, `supplementalGroupsPolicy`); a refused
-    /// pod fails with the reason and an event, as upstream's `rejectPod`.
-    async fn admit(&self, pod: &Pod, record: &PodRecord) -> Result<bool, String> {
-        let pending = matches!(
-            pod.status.as_ref().and_then(|s| s.phase.as_deref()),
-            None | Some("Pending") | Some("")
-        );
-        if record.sandbox_id.is_some() || !pending {
-            return Ok(true);
-        }
-        let node = kr::admit::NodeSupport {
-            sysctls: &self.sysctls,
-            apparmor: self.apparmor,
-            strict_supplemental_groups: false,
-        };
-        let Err(r) = kr::admit::admit(pod, &node) else {
-            return Ok(true);
-        };
-        self.event(&pod_ref(pod), EventType::Warning, r.reason, &r.message);
-        let mut status = serde_json::json!({
-            "phase": "Failed",
-            "reason": r.reason,
-            "message": r.status_message(),
-        });
-        status["qosClass"] = serde_json::json!(kr::config::qos_class(pod));
-        // Not written: the sync fails and is retried, so the rejection is not lost.
-        self.status.set(pod, status).await?;
-        Ok(false)
     }
 
     /// Stops containers without hooks (a lost sandbox: the processes are gone or going anyway).

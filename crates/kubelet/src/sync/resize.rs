@@ -101,7 +101,7 @@ fn generation(pod: &Pod) -> i64 {
     pod.metadata.generation.unwrap_or(0)
 }
 
-fn terminal(pod: &Pod) -> bool {
+pub(super) fn terminal(pod: &Pod) -> bool {
     matches!(
         pod.status.as_ref().and_then(|s| s.phase.as_deref()),
         Some("Succeeded" | "Failed")

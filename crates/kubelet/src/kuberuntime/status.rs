@@ -174,6 +174,12 @@ pub(super) fn container_status(
                 w["message"] = json!(message);
             }
             s["state"] = json!({"waiting": w});
+            // A restarted container being created still shows how the last attempt ended
+            // (upstream: lastTerminationState whatever the current state); without it a restarted
+            // sidecar reads as one that never ran, which upstream's getPhase counts as pending.
+            if let Some(p) = previous.filter(|p| p.state == RecordState::Exited) {
+                s["lastState"] = json!({"terminated": terminated_json(p)});
+            }
         }
     }
     s

@@ -262,3 +262,64 @@ fn a_sidecar_initializes_the_pod_once_started_and_takes_part_in_readiness() {
     let s = pod_status(&sidecar_pod("Never"), &rec, &inputs, Timestamp::UNIX_EPOCH);
     assert_eq!(s["phase"], "Succeeded");
 }
+
+/// Upstream `getPhase`: once the pod has initialized, a restarted sidecar (a new attempt not yet
+/// started, or waiting to restart) does not make a pod whose app containers run Pending again.
+#[test]
+fn a_restarted_sidecar_keeps_a_running_pod_running() {
+    let mut pod = sidecar_pod("Always");
+    pod.status = Some(
+        serde_json::from_value(json!({"phase": "Running", "conditions": [
+            {"type": "Initialized", "status": "True", "lastTransitionTime": "2020-01-01T00:00:00Z"}]}))
+        .unwrap(),
+    );
+    let side = |id: &str, state, code, attempt| ContainerRecord {
+        attempt,
+        ..named("side", id, state, code)
+    };
+    let mut inputs = StatusInputs::default();
+    inputs.started.insert("sc1".into(), false);
+    for new_attempt in [RecordState::Created, RecordState::Running] {
+        let rec = PodRecord {
+            sandbox_id: Some("s".into()),
+            sandbox_ready: true,
+            pod_ips: vec!["10.42.0.5".into()],
+            containers: vec![
+                named("c", "app", RecordState::Running, 0),
+                // Newest attempt first, as `pod_record` orders them.
+                side("sc1", new_attempt, 0, 1),
+                side("sc0", RecordState::Exited, 1, 0),
+            ],
+        };
+        let s = pod_status(&pod, &rec, &inputs, Timestamp::UNIX_EPOCH);
+        assert_eq!(s["phase"], "Running", "{new_attempt:?}: {s:#}");
+        let side = &s["initContainerStatuses"][0];
+        assert_eq!(side["restartCount"], 1);
+        assert_eq!(side["lastState"]["terminated"]["exitCode"], 1, "{side:#}");
+        assert_eq!(
+            s["conditions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|c| c["type"] == "Initialized")
+                .unwrap()["status"],
+            "True"
+        );
+    }
+    // Waiting to restart (CrashLoopBackOff) after its exit.
+    let rec = PodRecord {
+        sandbox_id: Some("s".into()),
+        sandbox_ready: true,
+        pod_ips: vec!["10.42.0.5".into()],
+        containers: vec![
+            named("c", "app", RecordState::Running, 0),
+            side("sc0", RecordState::Exited, 1, 0),
+        ],
+    };
+    inputs.waiting.insert(
+        "side".into(),
+        ("CrashLoopBackOff".into(), "back-off 10s".into()),
+    );
+    let s = pod_status(&pod, &rec, &inputs, Timestamp::UNIX_EPOCH);
+    assert_eq!(s["phase"], "Running", "{s:#}");
+}

@@ -4,6 +4,8 @@
 //! whose `resizePolicy` says `RestartContainer` for memory is restarted with the new limit, the
 //! status reports `allocatedResources`, `resources` and `observedGeneration`, the API server refuses
 //! what upstream refuses, and a resize beyond the node is `PodResizePending`/`Infeasible`.
+//! LimitRanger and ResourceQuota admit `pods/resize` as upstream's, and the kubelet's own
+//! admission of new pods (resources, node selector) rejects what does not fit the node.
 //!
 //! Needs root, containerd, runc, the CNI plugins and `scripts/images.sh`'s busybox (as `kubelet.rs`).
 
@@ -228,5 +230,113 @@ fn containers_are_resized_in_place() {
     });
     assert_eq!(container_status(&p, "c")["restartCount"], 0);
     assert_eq!(cgroup(&node, "c", "cpu.cfs_quota_us"), "30000");
+
+    admission_of_resizes(&node);
+    let node_name = p["spec"]["nodeName"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    kubelet_admission(&node, &node_name);
     node.cleanup();
+}
+
+/// LimitRanger and ResourceQuota see `pods/resize` as upstream's: a container's new limit above
+/// the LimitRange's max, or requests growing past the quota, get 403 with upstream's messages.
+fn admission_of_resizes(node: &RealNode) {
+    node.apply(
+        "apiVersion: v1\nkind: LimitRange\nmetadata:\n  name: lr\nspec:\n  limits:\n  - type: Container\n    max: {cpu: \"1\"}\n---\napiVersion: v1\nkind: ResourceQuota\nmetadata:\n  name: q\nspec:\n  hard: {requests.cpu: 500m}\n",
+    );
+    // Quota admission refuses what a quota tracks until the controller computed its usage.
+    wait_for_quota_usage(node);
+    let out = resize(
+        node,
+        r#"{"spec":{"containers":[{"name":"c","resources":{"requests":{"cpu":"2"},"limits":{"cpu":"2"}}}]}}"#,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && err.contains("pods \"resize\" is forbidden: maximum cpu usage per Container is 1, but limit is 2"),
+        "{err}"
+    );
+    // 800m + 100m requested where 200m were: 700m more, over the quota's 500m.
+    let out = resize(
+        node,
+        r#"{"spec":{"containers":[{"name":"c","resources":{"requests":{"cpu":"800m"},"limits":{"cpu":"800m"}}}]}}"#,
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success()
+            && err.contains("pods \"resize\" is forbidden: exceeded quota: q, requested: requests.cpu=700m, used: requests.cpu=200m, limited: requests.cpu=500m"),
+        "{err}"
+    );
+    // Within both: admitted, and the quota is charged the growth.
+    let out = resize(
+        node,
+        r#"{"spec":{"containers":[{"name":"c","resources":{"requests":{"cpu":"300m"},"limits":{"cpu":"300m"}}}]}}"#,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let used = node.kubectl(&[
+        "get",
+        "resourcequota",
+        "q",
+        "-o",
+        "jsonpath={.status.used.requests\\.cpu}",
+    ]);
+    assert_eq!(used.trim(), "400m");
+    node.kubectl(&["delete", "resourcequota", "q"]);
+    node.kubectl(&["delete", "limitrange", "lr"]);
+}
+
+fn wait_for_quota_usage(node: &RealNode) {
+    real_node::wait_for("quota q computed", TIMEOUT, || {
+        let used = node.kubectl(&[
+            "get",
+            "resourcequota",
+            "q",
+            "-o",
+            "jsonpath={.status.used.requests\\.cpu}",
+        ]);
+        (!used.trim().is_empty()).then_some(())
+    });
+}
+
+/// The kubelet's own admission of pods bound to it directly (`spec.nodeName`, no scheduler):
+/// requests beyond what is left of the node fail the pod with `OutOfcpu`, a nodeSelector the node
+/// does not match with `NodeAffinity` (upstream `lifecycle/predicate.go`).
+fn kubelet_admission(node: &RealNode, node_name: &str) {
+    let pod = |name: &str, extra: &str| {
+        format!(
+            "apiVersion: v1\nkind: Pod\nmetadata:\n  name: {name}\nspec:\n  nodeName: {node_name}\n{extra}  containers:\n  - name: c\n    image: busybox\n    imagePullPolicy: Never\n    command: [sleep, \"3600\"]\n    resources:\n      requests: {{cpu: \"100\"}}\n"
+        )
+    };
+    node.apply(&pod("toobig", ""));
+    node.apply(
+        &pod("elsewhere", "  nodeSelector: {disk: none}\n").replace("cpu: \"100\"", "cpu: 10m"),
+    );
+    let p = node.wait_pod("toobig", "rejected", TIMEOUT, |p| {
+        p["status"]["phase"] == "Failed"
+    });
+    assert_eq!(p["status"]["reason"], "OutOfcpu", "{}", p["status"]);
+    let message = p["status"]["message"].as_str().unwrap_or("");
+    assert!(
+        message.starts_with(
+            "Pod was rejected: Node didn't have enough resource: cpu, requested: 100000, used: "
+        ),
+        "{message}"
+    );
+    let p = node.wait_pod("elsewhere", "rejected", TIMEOUT, |p| {
+        p["status"]["phase"] == "Failed"
+    });
+    assert_eq!(p["status"]["reason"], "NodeAffinity", "{}", p["status"]);
+    assert_eq!(
+        p["status"]["message"],
+        "Pod was rejected: Predicate NodeAffinity failed: node(s) didn't match Pod's node affinity/selector"
+    );
+    assert!(node.events().contains("OutOfcpu"));
+    // The resize pod, admitted before, runs on.
+    assert_eq!(node.pod("resize").unwrap()["status"]["phase"], "Running");
 }

@@ -7,13 +7,16 @@
 //! - a pod whose claim asks for more devices than any node has stays Pending with upstream's
 //!   message in its PodScheduled condition;
 //! - two pods sharing one claim land on the claim's node, both in `reservedFor`;
-//! - a pod whose claim does not exist yet waits, and is scheduled once the claim is created.
+//! - a pod whose claim does not exist yet waits, and is scheduled once the claim is created;
+//! - PostFilter: a claim allocated on one node and reserved for nobody, used by a pod that may
+//!   only run on another node, is deallocated (the pod's FailedScheduling event says so) and then
+//!   allocated again where the pod goes.
 
 mod support;
 
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Event, Node, Pod};
 use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
 use kube::api::{ListParams, PostParams};
 use kube::Api;
@@ -105,6 +108,27 @@ fn dynamic_resources_schedule_claims() {
         .unwrap();
         classes.create(&pp, &class).await.unwrap();
 
+        // PostFilter: "stale" holds a device of node a, reserved for nobody; its pod may only
+        // run on node b.
+        let nodes: Api<Node> = Api::all(client.clone());
+        let mut names: Vec<String> = nodes.list(&ListParams::default()).await.unwrap().items
+            .into_iter().filter_map(|n| n.metadata.name).collect();
+        names.sort();
+        let (a, b) = (names[0].clone(), names[1].clone());
+        let mut stale = claim("stale", 1, None);
+        stale.metadata.finalizers = Some(vec!["resource.kubernetes.io/delete-protection".into()]);
+        let mut stale = claims.create(&pp, &stale).await.unwrap();
+        stale.status = Some(serde_json::from_value(json!({"allocation": {
+            "devices": {"results": [{"request": "gpu", "driver": DRIVER, "pool": a, "device": "gpu-0"}]},
+            "nodeSelector": {"nodeSelectorTerms": [{"matchFields": [
+                {"key": "metadata.name", "operator": "In", "values": [a]}]}]}}}))
+        .unwrap());
+        claims.replace_status("stale", &pp, &stale).await.unwrap();
+        let mut moved = pod("moved", "stale");
+        moved.spec.as_mut().unwrap().node_selector =
+            Some([("kubernetes.io/hostname".to_string(), b.clone())].into());
+        pods.create(&pp, &moved).await.unwrap();
+
         // One device chosen by attribute.
         claims
             .create(&pp, &claim("one", 1, Some(&format!("device.attributes['{DRIVER}'].index == 1"))))
@@ -157,6 +181,28 @@ fn dynamic_resources_schedule_claims() {
         // The claim appears: the waiting pod is scheduled.
         claims.create(&pp, &claim("later", 1, None)).await.unwrap();
         bound(&pods, "late").await;
+
+        // PostFilter deallocated "stale"; the next attempt allocated it on b.
+        assert_eq!(bound(&pods, "moved").await, b);
+        let stale = claims.get("stale").await.unwrap();
+        let results = stale.status.as_ref().unwrap().allocation.as_ref().expect("allocated again")
+            .devices.as_ref().unwrap().results.as_ref().unwrap().clone();
+        assert_eq!(results.len(), 1);
+        assert_eq!(results[0].pool, b, "allocated on the pod's node");
+        let events: Api<Event> = Api::namespaced(client.clone(), "default");
+        eventually("moved's FailedScheduling event naming the deallocation", Duration::from_secs(30), || async {
+            let list = events.list(&ListParams::default()).await.map_err(|e| e.to_string())?;
+            let msgs: Vec<String> = list.items.iter()
+                .filter(|e| e.involved_object.name.as_deref() == Some("moved")
+                    && e.reason.as_deref() == Some("FailedScheduling"))
+                .filter_map(|e| e.message.clone())
+                .collect();
+            msgs.iter()
+                .any(|m| m.contains("deallocation of ResourceClaim completed"))
+                .then_some(())
+                .ok_or_else(|| format!("{msgs:?}"))
+        })
+        .await;
 
         let message = eventually("big's PodScheduled=False", Duration::from_secs(30), || async {
             let p = pods.get("big").await.map_err(|e| e.to_string())?;

@@ -59,6 +59,10 @@ pub struct KubeletFlags {
     /// How often every pod is synced.
     #[arg(long, default_value = "1m", value_parser = crate::serve::parse_duration)]
     pub sync_frequency: Duration,
+    /// How often pod volumes' disk use is measured for `/stats/summary` and `/metrics`; 0 turns
+    /// it off.
+    #[arg(long, default_value = "1m", value_parser = crate::serve::parse_duration)]
+    pub volume_stats_agg_period: Duration,
     /// Sysctls (or `prefix*` patterns) pods may set beyond the safe set, comma-separated; each must
     /// be namespaced (kernel.shm*, kernel.msg*, kernel.sem, fs.mqueue.*, net.*).
     #[arg(long, value_delimiter = ',')]
@@ -165,6 +169,7 @@ impl KubeletFlags {
         c.cluster_domain = self.cluster_domain.clone();
         c.file_check_frequency = self.file_check_frequency;
         c.sync_frequency = self.sync_frequency;
+        c.volume_stats_agg_period = self.volume_stats_agg_period;
         kubelet::kuberuntime::admit::SysctlAllowlist::new(&self.allowed_unsafe_sysctls)
             .map_err(|e| format!("--allowed-unsafe-sysctls: {e}"))?;
         c.allowed_unsafe_sysctls = self.allowed_unsafe_sysctls.clone();

@@ -9,6 +9,10 @@
 //! - A generic ephemeral volume comes (a claim owned by the pod) and goes with its pod.
 //! - An Immediate claim binds to a matching pre-created volume, a too-large one stays Pending with
 //!   upstream's event; the claim in use stays (Terminating) until its pod is gone.
+//! - Volume stats: a file written into the claim shows in the kubelet's `/stats/summary`
+//!   (`pods[].volume[]` with its `pvcRef`) and `kubelet_volume_stats_used_bytes` on `/metrics`,
+//!   both read through the API server's node proxy (measured every second here: the server runs
+//!   with `--volume-stats-agg-period 1s`).
 
 #[path = "support/real_node.rs"]
 mod real_node;
@@ -106,7 +110,8 @@ fn gone(node: &RealNode, what: &[&str]) -> Option<()> {
 
 #[test]
 fn local_path_volumes_on_a_real_node() {
-    let mut node = RealNode::start(&["nginx", "busybox"]);
+    let mut node =
+        RealNode::start_with(&["nginx", "busybox"], &["--volume-stats-agg-period", "1s"]);
     let class = json(&node, &["storageclass", "local-path"]).expect("the default class");
     assert_eq!(
         class["metadata"]["annotations"]["storageclass.kubernetes.io/is-default-class"],
@@ -154,6 +159,7 @@ fn statefulset_keeps_its_data(node: &RealNode) {
         std::fs::read_to_string(dir0.join("index.html")).unwrap(),
         "kept\n"
     );
+    volume_stats_follow_writes(node);
     let uid = node.pod("nginx-sts-0").unwrap()["metadata"]["uid"].clone();
     node.kubectl(&["delete", "pod", "nginx-sts-0"]);
     node.wait_pod("nginx-sts-0", "recreated and running", TIMEOUT, |p| {
@@ -197,6 +203,63 @@ fn statefulset_keeps_its_data(node: &RealNode) {
     });
     // whenDeleted: Retain keeps the first claim.
     assert_eq!(bound_volume(node, "www-nginx-sts-0"), pv0);
+}
+
+/// The `www` volume of `nginx-sts-0` in the kubelet's Summary, through the node proxy.
+fn summary_volume(node: &RealNode) -> Option<Value> {
+    let path = format!("/api/v1/nodes/{}/proxy/stats/summary", real_node::NODE);
+    let summary: Value = serde_json::from_str(&node.kubectl(&["get", "--raw", &path])).ok()?;
+    let pod = summary["pods"]
+        .as_array()?
+        .iter()
+        .find(|p| p["podRef"]["name"] == "nginx-sts-0")?
+        .clone();
+    pod["volume"]
+        .as_array()?
+        .iter()
+        .find(|v| v["name"] == "www")
+        .cloned()
+}
+
+/// `kubelet_volume_stats_used_bytes` of the claim on the kubelet's `/metrics`.
+fn metrics_used_bytes(node: &RealNode, claim: &str) -> Option<u64> {
+    let path = format!("/api/v1/nodes/{}/proxy/metrics", real_node::NODE);
+    let text = node.kubectl(&["get", "--raw", &path]);
+    let series = format!(
+        "kubelet_volume_stats_used_bytes{{namespace=\"default\",persistentvolumeclaim=\"{claim}\"}} "
+    );
+    text.lines()
+        .find_map(|l| l.strip_prefix(&series))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// Issue 21: the kubelet reports a local-path claim's use, and it grows with what the pod writes.
+fn volume_stats_follow_writes(node: &RealNode) {
+    let before = wait_for("volume stats of www", TIMEOUT, || summary_volume(node));
+    assert_eq!(before["pvcRef"]["name"], "www-nginx-sts-0");
+    assert_eq!(before["pvcRef"]["namespace"], "default");
+    for key in ["capacityBytes", "availableBytes", "inodes", "inodesFree"] {
+        assert!(before[key].as_u64().unwrap_or(0) > 0, "{key}: {before}");
+    }
+    assert!(before["inodesUsed"].as_u64().unwrap_or(0) >= 1, "{before}");
+    let used = before["usedBytes"].as_u64().unwrap();
+    const WRITTEN: u64 = 8 << 20;
+    exec(
+        node,
+        "nginx-sts-0",
+        "head -c 8388608 /dev/zero > /usr/share/nginx/html/big && sync",
+    );
+    let after = wait_for("usedBytes to grow by the file", TIMEOUT, || {
+        summary_volume(node).filter(|v| v["usedBytes"].as_u64().unwrap_or(0) >= used + WRITTEN)
+    });
+    assert!(
+        after["usedBytes"].as_u64().unwrap() < used + 2 * WRITTEN,
+        "{before} -> {after}"
+    );
+    wait_for("kubelet_volume_stats_used_bytes", TIMEOUT, || {
+        metrics_used_bytes(node, "www-nginx-sts-0").filter(|&u| u >= used + WRITTEN)
+    });
+    exec(node, "nginx-sts-0", "rm /usr/share/nginx/html/big");
 }
 
 fn ephemeral_volume_follows_its_pod(node: &RealNode) {

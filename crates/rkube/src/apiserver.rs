@@ -196,6 +196,26 @@ pub struct AuditFlags {
     /// First wait before a failed POST is retried (then x1.5, five tries in all).
     #[arg(long, default_value = "10s", value_parser = parse_go_duration)]
     pub audit_webhook_initial_backoff: Duration,
+    /// Whether audit log events over --audit-log-truncate-max-event-size lose their request and
+    /// response objects (annotated audit.k8s.io/truncated), or are dropped if still too large.
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
+    pub audit_log_truncate_enabled: bool,
+    /// Largest audit log batch in bytes (each event is written alone, so this only bounds the
+    /// event size from above).
+    #[arg(long, default_value_t = apiserver::audit::truncate::DEFAULT_MAX_BATCH_SIZE)]
+    pub audit_log_truncate_max_batch_size: u64,
+    /// Largest audit log event in bytes when truncation is enabled.
+    #[arg(long, default_value_t = apiserver::audit::truncate::DEFAULT_MAX_EVENT_SIZE)]
+    pub audit_log_truncate_max_event_size: u64,
+    /// As --audit-log-truncate-enabled, for the webhook.
+    #[arg(long, default_value_t = false, action = clap::ArgAction::Set)]
+    pub audit_webhook_truncate_enabled: bool,
+    /// Largest EventList POSTed, in bytes; larger batches are split.
+    #[arg(long, default_value_t = apiserver::audit::truncate::DEFAULT_MAX_BATCH_SIZE)]
+    pub audit_webhook_truncate_max_batch_size: u64,
+    /// Largest event POSTed, in bytes, when truncation is enabled.
+    #[arg(long, default_value_t = apiserver::audit::truncate::DEFAULT_MAX_EVENT_SIZE)]
+    pub audit_webhook_truncate_max_event_size: u64,
 }
 
 impl AuditFlags {
@@ -218,6 +238,12 @@ impl AuditFlags {
                         )),
                     },
                     initial_backoff: self.audit_webhook_initial_backoff,
+                    truncate: self.audit_webhook_truncate_enabled.then_some(
+                        apiserver::audit::truncate::TruncateConfig {
+                            max_event_size: self.audit_webhook_truncate_max_event_size,
+                            max_batch_size: self.audit_webhook_truncate_max_batch_size,
+                        },
+                    ),
                 });
         let has_backend = self.audit_log_path.is_some() || webhook.is_some();
         match (&self.audit_policy_file, has_backend) {
@@ -226,6 +252,12 @@ impl AuditFlags {
                 log_path: self.audit_log_path.clone(),
                 log_max_size_mb: self.audit_log_maxsize,
                 log_max_backups: self.audit_log_maxbackup,
+                log_truncate: self.audit_log_truncate_enabled.then_some(
+                    apiserver::audit::truncate::TruncateConfig {
+                        max_event_size: self.audit_log_truncate_max_event_size,
+                        max_batch_size: self.audit_log_truncate_max_batch_size,
+                    },
+                ),
                 webhook,
             }),
             (None, false) => None,

@@ -9,6 +9,9 @@
 //! - `system:nodes` members and `GET /healthz` are not audited (level None), `/livez` is;
 //! - the `Audit-Id` response header is the event's `auditID`;
 //! - a policy that does not parse stops the server from starting;
+//! - `--audit-log-truncate-enabled` with an 8 KiB event limit: a ConfigMap of 20 KB is logged
+//!   without its request and response objects, annotated `audit.k8s.io/truncated`, while the
+//!   (untruncated) webhook gets it whole;
 //! - the same server also has the webhook backend (`--audit-webhook-config-file`, a kubeconfig
 //!   naming a receiver on a loopback port started by the test): the receiver gets
 //!   `audit.k8s.io/v1` EventLists holding the same events (log and webhook together, upstream's
@@ -118,6 +121,8 @@ fn the_audit_log_records_user_verb_resource_and_code() {
             webhook_config.to_str().unwrap(),
             "--audit-webhook-batch-max-wait",
             "200ms",
+            "--audit-log-truncate-enabled=true",
+            "--audit-log-truncate-max-event-size=8192",
         ],
     );
     let as_token = |token: &str, args: &[&str]| c.kubectl_as(token, args, None);
@@ -170,9 +175,12 @@ fn the_audit_log_records_user_verb_resource_and_code() {
             .to_string()
     });
     c.kubectl(&["delete", "configmap", "audit-cm"]);
+    let big = format!("--from-literal=big={}", "x".repeat(20_000));
+    c.kubectl(&["create", "configmap", "audit-big", &big]);
 
     let all = wait_for(&log, "the delete and the refusals", |all| {
         find(all, "ResponseComplete", "delete", "configmaps", "audit-cm").is_some()
+            && find(all, "ResponseComplete", "create", "configmaps", "audit-big").is_some()
             && find(all, "ResponseComplete", "list", "secrets", "").is_some()
             && all.iter().any(|e| e["responseStatus"]["code"] == 401)
     });
@@ -218,6 +226,21 @@ fn the_audit_log_records_user_verb_resource_and_code() {
     let delete = complete(&all, "delete", "configmaps", "audit-cm");
     assert_eq!(delete["responseStatus"]["code"], 200);
     assert_eq!(delete["user"]["username"], "kubernetes-admin");
+
+    // Over --audit-log-truncate-max-event-size: the objects go, the rest stays, annotated.
+    let big = complete(&all, "create", "configmaps", "audit-big");
+    assert_eq!(
+        big["annotations"]["audit.k8s.io/truncated"], "true",
+        "{big}"
+    );
+    assert!(big.get("requestObject").is_none() && big.get("responseObject").is_none());
+    assert_eq!(big["level"], "RequestResponse");
+    assert_eq!(big["responseStatus"]["code"], 201);
+    assert_eq!(big["user"]["username"], "kubernetes-admin");
+    assert!(big.to_string().len() <= 8192);
+    assert!(create["annotations"]
+        .get("audit.k8s.io/truncated")
+        .is_none());
 
     // The raw GET's Audit-Id names its event.
     let by_id = all
@@ -291,7 +314,18 @@ fn the_audit_log_records_user_verb_resource_and_code() {
                     && e["responseStatus"]["code"] == code
             })
         };
-        if has("delete", "configmaps", 200) && has("list", "secrets", 403) {
+        if has("delete", "configmaps", 200)
+            && has("list", "secrets", 403)
+            && has("create", "configmaps", 201)
+            && find(
+                &posted,
+                "ResponseComplete",
+                "create",
+                "configmaps",
+                "audit-big",
+            )
+            .is_some()
+        {
             break posted;
         }
         assert!(
@@ -309,6 +343,14 @@ fn the_audit_log_records_user_verb_resource_and_code() {
     assert_eq!(hooked["user"]["username"], "kubernetes-admin");
     assert_eq!(hooked["responseStatus"]["code"], 201);
     assert_eq!(hooked["requestObject"]["data"]["a"], "b");
+    // The webhook has no truncation configured: the large ConfigMap arrives whole.
+    let hooked = complete(&posted, "create", "configmaps", "audit-big");
+    assert_eq!(
+        hooked["requestObject"]["data"]["big"]
+            .as_str()
+            .map(str::len),
+        Some(20_000)
+    );
     let hooked = complete(&posted, "list", "secrets", "");
     assert_eq!(hooked["user"]["username"], "bob");
     assert_eq!(hooked["responseStatus"]["code"], 403);

@@ -15,6 +15,7 @@ use std::sync::mpsc::{sync_channel, Receiver, SyncSender, TrySendError};
 use std::sync::Arc;
 
 use super::event::Event;
+use super::truncate::TruncateConfig;
 
 /// Events waiting for the writer (upstream's batch buffer holds as many).
 const QUEUE_EVENTS: usize = 10_000;
@@ -64,6 +65,17 @@ impl LogBackend {
     /// writer thread. Files over `max_bytes` are renamed `<name>-<UTC time><ext>` and a new one is
     /// begun; the oldest of those past `max_backups` (0: none) are deleted.
     pub fn start(path: &Path, max_bytes: u64, max_backups: usize) -> Result<LogBackend, String> {
+        Self::start_with(path, max_bytes, max_backups, None)
+    }
+
+    /// As [`LogBackend::start`], events over `truncate`'s size trimmed or dropped (see
+    /// [`super::truncate`]).
+    pub fn start_with(
+        path: &Path,
+        max_bytes: u64,
+        max_backups: usize,
+        truncate: Option<TruncateConfig>,
+    ) -> Result<LogBackend, String> {
         let sink = if path == Path::new("-") {
             Sink::Stdout(std::io::stdout())
         } else {
@@ -83,7 +95,7 @@ impl LogBackend {
         let writer_stats = stats.clone();
         std::thread::Builder::new()
             .name("audit-log".into())
-            .spawn(move || run(rx, Output { sink, size }, &writer_stats))
+            .spawn(move || run(rx, Output { sink, size }, &writer_stats, truncate))
             .map_err(|e| format!("cannot start the audit log writer: {e}"))?;
         Ok(LogBackend { tx, stats })
     }
@@ -157,7 +169,7 @@ fn open(path: &Path) -> Result<File, String> {
 
 /// The writer thread: serializes and writes until every sender is gone, flushing whenever the
 /// queue runs empty, so the file is current within one event of the last request.
-fn run(rx: Receiver<Event>, mut out: Output, stats: &Stats) {
+fn run(rx: Receiver<Event>, mut out: Output, stats: &Stats, truncate: Option<TruncateConfig>) {
     while let Ok(first) = rx.recv() {
         let mut written = 0;
         let mut next = Some(first);
@@ -165,11 +177,13 @@ fn run(rx: Receiver<Event>, mut out: Output, stats: &Stats) {
             let held = event.bodies.held_bytes();
             // Decoding bodies is the one complex step here: should it ever panic, that event is
             // lost (counted), not the writer and every event after it.
-            let line =
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| event.to_json_line()));
+            let line = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                super::truncate::to_json_line(event, truncate.as_ref())
+            }));
             stats.queued_bytes.fetch_sub(held, Ordering::Relaxed);
             let written_ok = match line {
-                Ok(line) => out.write(&line),
+                Ok(Ok(line)) => out.write(&line),
+                Ok(Err(too_large)) => Err(std::io::Error::other(too_large)),
                 Err(_) => Err(std::io::Error::other(
                     "an audit event could not be serialized",
                 )),

@@ -6,8 +6,9 @@
 //! request through the handler chain.
 //!
 //! With auditing off (`Config::audit` unset) the server holds no [`Auditor`] and no request does
-//! any audit work. Not built: the log backend's `batch`/`blocking` modes and their
-//! `--audit-log-batch-*` flags, the `--audit-*-truncate-*` flags, `--audit-log-maxage`, `--audit-log-compress`, `--audit-log-format legacy`, dynamic
+//! any audit work. [`truncate`] trims or drops events over `--audit-<plugin>-truncate-max-event-size`.
+//! Not built: the log backend's `batch`/`blocking` modes and their `--audit-log-batch-*` flags,
+//! `--audit-log-maxage`, `--audit-log-compress`, `--audit-log-format legacy`, dynamic
 //! (API-configured) policy.
 
 pub mod buffered;
@@ -15,6 +16,7 @@ pub mod event;
 pub mod log;
 pub mod policy;
 mod request;
+pub mod truncate;
 pub mod webhook;
 
 use std::path::PathBuf;
@@ -57,6 +59,8 @@ pub struct WebhookConfig {
     pub batch: buffered::BatchConfig,
     /// `--audit-webhook-initial-backoff` (upstream: 10 s).
     pub initial_backoff: Duration,
+    /// `--audit-webhook-truncate-*`, when `--audit-webhook-truncate-enabled`.
+    pub truncate: Option<truncate::TruncateConfig>,
 }
 
 /// `--audit-policy-file` and the backends' flags.
@@ -69,6 +73,8 @@ pub struct Config {
     pub log_max_size_mb: u64,
     /// `--audit-log-maxbackup` (0: keep every rotated file).
     pub log_max_backups: usize,
+    /// `--audit-log-truncate-*`, when `--audit-log-truncate-enabled`.
+    pub log_truncate: Option<truncate::TruncateConfig>,
     /// None: no webhook backend.
     pub webhook: Option<WebhookConfig>,
 }
@@ -193,18 +199,31 @@ impl Auditor {
     /// webhook's kubeconfig.
     pub fn start(config: &Config) -> Result<Auditor, String> {
         let policy = policy::Policy::load(&config.policy_file)?;
+        if let Some(t) = &config.log_truncate {
+            t.validate("log")?;
+        }
+        if let Some(t) = config.webhook.as_ref().and_then(|w| w.truncate.as_ref()) {
+            t.validate("webhook")?;
+        }
         let mut list = Vec::new();
         if let Some(path) = &config.log_path {
             let max_bytes = match config.log_max_size_mb {
                 0 => log::DEFAULT_MAX_BYTES,
                 mb => mb.saturating_mul(1 << 20),
             };
-            let log = log::LogBackend::start(path, max_bytes, config.log_max_backups)?;
+            let log = log::LogBackend::start_with(
+                path,
+                max_bytes,
+                config.log_max_backups,
+                config.log_truncate,
+            )?;
             list.push(Backend::Log(log));
         }
         if let Some(w) = &config.webhook {
             let target = webhook::Target::load(&w.config_file).map_err(|e| e.to_string())?;
-            let hook = Arc::new(webhook::Webhook::new(target, w.initial_backoff));
+            let hook = Arc::new(
+                webhook::Webhook::new(target, w.initial_backoff).with_truncate(w.truncate),
+            );
             list.push(match w.mode {
                 WebhookMode::Batch => {
                     Backend::Webhook(buffered::Buffered::start(hook, w.batch.clone())?)

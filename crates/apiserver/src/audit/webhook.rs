@@ -324,6 +324,23 @@ impl SendError {
     }
 }
 
+/// Serialized events (JSON lines) as one `EventList`.
+fn list_of_lines(lines: Vec<Vec<u8>>) -> Bytes {
+    let len: usize = lines.iter().map(Vec::len).sum();
+    let mut out = BytesMut::with_capacity(96 + len);
+    out.extend_from_slice(
+        br#"{"kind":"EventList","apiVersion":"audit.k8s.io/v1","metadata":{},"items":["#,
+    );
+    for (i, line) in lines.iter().enumerate() {
+        if i > 0 {
+            out.extend_from_slice(b",");
+        }
+        out.extend_from_slice(line.strip_suffix(b"\n").unwrap_or(line));
+    }
+    out.extend_from_slice(b"]}");
+    out.freeze()
+}
+
 /// Events as one `EventList` (the events' own JSON, joined).
 pub fn event_list(events: Vec<Event>) -> Bytes {
     let mut out = BytesMut::with_capacity(128 + events.len() * 512);
@@ -355,6 +372,8 @@ pub fn event_list(events: Vec<Event>) -> Bytes {
 pub struct Webhook {
     target: Target,
     initial_backoff: Duration,
+    /// `--audit-webhook-truncate-*` (see [`super::truncate`]).
+    truncate: Option<super::truncate::TruncateConfig>,
     pub(super) errors: AtomicU64,
 }
 
@@ -363,18 +382,70 @@ impl Webhook {
         Webhook {
             target,
             initial_backoff,
+            truncate: None,
             errors: AtomicU64::new(0),
         }
     }
 
-    /// POSTs `events` as one EventList, retrying transient failures with upstream's backoff.
+    /// Events over the limits are trimmed or dropped, batches split (see [`super::truncate`]).
+    pub fn with_truncate(mut self, truncate: Option<super::truncate::TruncateConfig>) -> Webhook {
+        self.truncate = truncate;
+        self
+    }
+
+    /// `events` as the EventList bodies to POST: one, or with truncation on, as many as keep each
+    /// within the max batch size (events too large even without their objects are counted as
+    /// errors and left out).
+    fn bodies(&self, events: Vec<Event>) -> Vec<(Bytes, u64)> {
+        let Some(limit) = self.truncate else {
+            let n = events.len() as u64;
+            return vec![(event_list(events), n)];
+        };
+        let mut lines = Vec::with_capacity(events.len());
+        for event in events {
+            let line = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                super::truncate::to_json_line(event, Some(&limit))
+            }));
+            match line {
+                Ok(Ok(line)) => lines.push(line),
+                Ok(Err(e)) => {
+                    let total = self.errors.fetch_add(1, Ordering::Relaxed) + 1;
+                    if total == 1 || total.is_multiple_of(1000) {
+                        tracing::warn!(error = %e, total, "audit webhook: event dropped");
+                    }
+                }
+                Err(_) => {
+                    self.errors.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+        super::truncate::batches(lines, limit.max_batch_size)
+            .into_iter()
+            .map(|run| {
+                let n = run.len() as u64;
+                (list_of_lines(run), n)
+            })
+            .collect()
+    }
+
+    /// POSTs `events` as one EventList (several when truncation splits them), retrying transient
+    /// failures with upstream's backoff.
     /// A batch that cannot be delivered is logged and its events counted as errors.
     pub async fn send(&self, events: Vec<Event>) -> Result<(), SendError> {
-        let n = events.len() as u64;
-        if n == 0 {
+        if events.is_empty() {
             return Ok(());
         }
-        let body = event_list(events);
+        let mut result = Ok(());
+        for (body, n) in self.bodies(events) {
+            if let Err(e) = self.send_body(body, n).await {
+                result = Err(e);
+            }
+        }
+        result
+    }
+
+    /// POSTs one EventList of `n` events, with retries.
+    async fn send_body(&self, body: Bytes, n: u64) -> Result<(), SendError> {
         let mut delay = self.initial_backoff;
         let mut tries = 0;
         let result = loop {

@@ -2,12 +2,24 @@
 //! `Status` while the server keeps serving: a JSON patch whose copies double an object (413, the
 //! object unchanged), grace periods too large for a timestamp (accepted, saturated at year 9999,
 //! no panic), a custom resource `date-time` written with non-ASCII digits (422), and a large body
-//! from a client that may not write (403 before the body is kept: not a 413).
+//! from a client that may not write (403 before the body is kept: not a 413). The server's memory
+//! is read from `/proc` around the patch bomb and a 64 MiB unauthenticated body: neither grows it
+//! by anything near what buffering them would.
 
 mod support;
 
 use serde_json::Value;
 use support::{Backend, Cluster};
+
+/// A `/proc/<pid>/status` figure in KiB (`VmRSS`, `VmHWM`).
+fn proc_kib(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"))
+}
 
 fn object(c: &Cluster, args: &[&str]) -> Value {
     let mut all = vec!["get"];
@@ -31,6 +43,8 @@ fn hostile_requests_are_refused_and_the_server_stays_up() {
         .collect();
     let patch = serde_json::to_string(&ops).unwrap();
     assert!(patch.len() < 4096, "{}", patch.len());
+    let pid = c.pid().expect("server running");
+    let rss_before = proc_kib(pid, "VmRSS");
     let err = c.kubectl_fails(
         &["patch", "configmap", "bomb", "--type=json", "-p", &patch],
         None,
@@ -38,6 +52,12 @@ fn hostile_requests_are_refused_and_the_server_stays_up() {
     assert!(
         err.contains("Unable to complete the copy, the accumulated size increase of copy is"),
         "{err}"
+    );
+    // Forty doublings of the annotations would be terabytes; the refusal keeps it to megabytes.
+    let rss_after = proc_kib(pid, "VmRSS");
+    assert!(
+        rss_after < rss_before + 128 * 1024,
+        "RSS {rss_before} KiB -> {rss_after} KiB around the patch bomb"
     );
     let cm = object(&c, &["configmap", "bomb"]);
     assert_eq!(
@@ -115,7 +135,9 @@ fn hostile_requests_are_refused_and_the_server_stays_up() {
         ),
     );
     // A client without credentials is refused (401: anonymous requests are off by default) before
-    // its body is read: not buffered, so not a 413.
+    // its body is read: not buffered (the peak RSS does not grow by its 64 MiB), so not a 413.
+    let peak_before = proc_kib(pid, "VmHWM");
+    let rss_before = proc_kib(pid, "VmRSS");
     support::runtime().block_on(async {
         let kubeconfig =
             kube::config::Kubeconfig::read_from(c.data_dir().join("admin.kubeconfig")).unwrap();
@@ -124,7 +146,7 @@ fn hostile_requests_are_refused_and_the_server_stays_up() {
             .unwrap();
         config.auth_info = Default::default();
         let anonymous = kube::Client::try_from(config).unwrap();
-        let body = vec![b' '; 8 * 1024 * 1024];
+        let body = vec![b' '; 64 * 1024 * 1024];
         let req = http::Request::builder()
             .method("POST")
             .uri("/api/v1/namespaces/default/configmaps")
@@ -141,6 +163,11 @@ fn hostile_requests_are_refused_and_the_server_stays_up() {
             other => panic!("expected 401, got {other:?}"),
         }
     });
+    let peak_after = proc_kib(pid, "VmHWM");
+    assert!(
+        peak_after < peak_before.max(rss_before + 32 * 1024),
+        "peak RSS {peak_before} KiB -> {peak_after} KiB (RSS before {rss_before} KiB) around a 64 MiB body"
+    );
     // Still serving.
     assert_eq!(c.kubectl(&["get", "--raw", "/readyz"]), "ok");
 }

@@ -265,8 +265,33 @@ impl RealNode {
                 _ => std::thread::sleep(Duration::from_millis(300)),
             }
         }
+        self.remove_sandboxes(&sock);
         self.cluster.stop();
         sweep(&self.data, &self.cgroup_root, &self.netns);
+    }
+}
+
+impl RealNode {
+    /// Removes every pod sandbox through the CRI, which tears its network down and deletes its
+    /// `cni-*` namespace (those live in the machine's `/run/netns`, outside the node's own).
+    /// Waiting for the tasks to end is not enough: containerd 1.6 removes the namespace only after
+    /// the sandbox's task has ended, so stopping containerd then left one namespace per pod behind
+    /// (hundreds after a full test run).
+    fn remove_sandboxes(&self, sock: &Path) {
+        let endpoint = format!("unix://{}", sock.display());
+        self.rt.block_on(async {
+            let work = async {
+                let runtime = kubelet::cri::Runtime::connect(&endpoint).await.ok()?;
+                for sandbox in runtime.list_pod_sandboxes(None).await.ok()? {
+                    let request = kubelet::cri::api::RemovePodSandboxRequest {
+                        pod_sandbox_id: sandbox.id,
+                    };
+                    let _ = runtime.runtime.clone().remove_pod_sandbox(request).await;
+                }
+                Some(())
+            };
+            let _ = tokio::time::timeout(Duration::from_secs(30), work).await;
+        });
     }
 }
 

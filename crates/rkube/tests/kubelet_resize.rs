@@ -5,7 +5,8 @@
 //! status reports `allocatedResources`, `resources` and `observedGeneration`, the API server refuses
 //! what upstream refuses, and a resize beyond the node is `PodResizePending`/`Infeasible`.
 //! LimitRanger and ResourceQuota admit `pods/resize` as upstream's, and the kubelet's own
-//! admission of new pods (resources, node selector) rejects what does not fit the node.
+//! admission of new pods (resources, node selector) rejects what does not fit the node. The pod
+//! cgroup carries the pod's shares, CFS quota and memory limit, and follows a resize.
 //!
 //! Needs root, containerd, runc, the CNI plugins and `scripts/images.sh`'s busybox (as `kubelet.rs`).
 
@@ -64,6 +65,23 @@ fn cgroup(node: &RealNode, container: &str, file: &str) -> String {
     .to_string()
 }
 
+/// A cgroup v1 file of the pod's own cgroup (the Burstable pod `resize`), read on the host.
+fn pod_cgroup(node: &RealNode, pod: &Value, file: &str) -> String {
+    let subsystem = file.split('.').next().unwrap_or("");
+    let root = node.cgroup_root.trim_matches('/');
+    let uid = pod["metadata"]["uid"].as_str().unwrap_or("");
+    let mut path = format!("/sys/fs/cgroup/{subsystem}/");
+    if !root.is_empty() {
+        path.push_str(root);
+        path.push('/');
+    }
+    path.push_str(&format!("kubepods/burstable/pod{uid}/{file}"));
+    std::fs::read_to_string(&path)
+        .unwrap_or_else(|e| panic!("{path}: {e}"))
+        .trim()
+        .to_string()
+}
+
 fn resize(node: &RealNode, patch: &str) -> std::process::Output {
     node.cluster.kubectl_output(
         &[
@@ -104,6 +122,14 @@ fn containers_are_resized_in_place() {
     assert_eq!(
         cgroup(&node, "c", "memory.limit_in_bytes"),
         (64u64 << 20).to_string()
+    );
+    // The pod cgroup: shares from the requests (200m), quota and memory from the limits, which
+    // every container declares (upstream ResourceConfigForPod).
+    assert_eq!(pod_cgroup(&node, &p, "cpu.shares"), "204");
+    assert_eq!(pod_cgroup(&node, &p, "cpu.cfs_quota_us"), "40000");
+    assert_eq!(
+        pod_cgroup(&node, &p, "memory.limit_in_bytes"),
+        (128u64 << 20).to_string()
     );
 
     // What upstream's validation refuses.
@@ -160,6 +186,12 @@ fn containers_are_resized_in_place() {
     assert_eq!(
         cgroup(&node, "r", "memory.limit_in_bytes"),
         (96u64 << 20).to_string()
+    );
+    // The pod cgroup follows: 300m + 200m of cpu, 96Mi + 96Mi of memory.
+    assert_eq!(pod_cgroup(&node, &p, "cpu.cfs_quota_us"), "50000");
+    assert_eq!(
+        pod_cgroup(&node, &p, "memory.limit_in_bytes"),
+        (192u64 << 20).to_string()
     );
     let events = node.events();
     assert!(events.contains("ResizeStarted"), "{events}");

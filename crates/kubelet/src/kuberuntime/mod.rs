@@ -5,6 +5,7 @@
 
 pub mod admit;
 pub mod admit_fit;
+pub mod pod_cgroup;
 pub mod config;
 pub mod container;
 pub mod ephemeral;

@@ -211,6 +211,7 @@ impl Kubelet {
                 return Err(msg);
             }
         };
+        self.write_pod_cgroup(pod, kr::pod_cgroup::Direction::All);
         if let Err(e) = kr::run_sandbox(&self.runtime, config).await {
             let msg = format!("Failed to create pod sandbox: {e}");
             self.event(

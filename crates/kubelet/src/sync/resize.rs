@@ -261,6 +261,9 @@ impl Kubelet {
                 .flatten()
                 .filter(|c| kr::pod_actions::is_sidecar(c)),
         );
+        // Limits that grow are raised on the pod cgroup before its containers, ones that shrink
+        // lowered after them (upstream's ordering of pod and container resizes).
+        self.write_pod_cgroup(pod, kr::pod_cgroup::Direction::Grow);
         for c in resizable {
             let Some(id) = running.get(&c.name) else {
                 continue;
@@ -298,6 +301,9 @@ impl Kubelet {
                     }
                 }
             }
+        }
+        if error.is_none() {
+            self.write_pod_cgroup(pod, kr::pod_cgroup::Direction::Shrink);
         }
         let live: HashSet<&String> = record.containers.iter().map(|c| &c.id).collect();
         alloc.actuated.retain(|id, _| live.contains(id));
@@ -337,6 +343,16 @@ impl Kubelet {
             *requeue = min_requeue(*requeue, DEFERRED_RETRY);
         }
         self.allocations.put(&uid, alloc);
+    }
+
+    /// The pod cgroup's limits for the pod as allocated (a failure is logged: the containers keep
+    /// their own limits, as before pod-level limits existed).
+    pub(super) fn write_pod_cgroup(&self, pod: &Pod, direction: kr::pod_cgroup::Direction) {
+        let parent = kr::config::pod_cgroup_parent(&self.config.cgroup_root, pod);
+        let config = kr::pod_cgroup::config_for_pod(pod);
+        if let Err(e) = kr::pod_cgroup::write(&parent, &config, direction) {
+            tracing::warn!(pod = %super::pod_desc(pod), error = %e, "pod cgroup limits not written");
+        }
     }
 
     /// CRI `UpdateContainerResources` with the container's resources as allocated; a memory limit

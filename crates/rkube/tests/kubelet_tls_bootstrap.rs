@@ -172,6 +172,48 @@ stringData: {{token-id: old000, token-secret: 0123456789abcdef, expiration: '{ex
         .expect("second start");
     assert!(!again);
 
+    // The same through the binary: `rkube kubelet --bootstrap-kubeconfig` joins as node n3 and
+    // writes its kubeconfig before it looks for a runtime (the endpoint given here does not exist,
+    // so nothing of the machine's containerd is touched; the process then waits or exits).
+    let root = work.path().join("n3");
+    let n3_kubeconfig = work.path().join("n3.kubeconfig");
+    let mut kubelet = std::process::Command::new(env!("CARGO_BIN_EXE_rkube"))
+        .arg("kubelet")
+        .arg("--bootstrap-kubeconfig")
+        .arg(&bootstrap_kubeconfig)
+        .arg("--kubeconfig")
+        .arg(&n3_kubeconfig)
+        .arg("--root-dir")
+        .arg(&root)
+        .arg("--pod-logs-dir")
+        .arg(root.join("logs"))
+        .arg("--container-runtime-endpoint")
+        .arg(format!("unix://{}", root.join("none.sock").display()))
+        .args([
+            "--node-name",
+            "n3",
+            "--node-ip",
+            "127.0.0.1",
+            "--address",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "--rotate-certificates",
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start rkube kubelet");
+    eventually("rkube kubelet to join with the bootstrap token", || {
+        n3_kubeconfig.exists() && whoami(&c, &n3_kubeconfig).as_deref() == Ok("system:node:n3")
+    });
+    let _ = kubelet.kill();
+    let _ = kubelet.wait();
+    assert!(
+        store::CertStore::new(root.join("pki")).current().is_some(),
+        "the client certificate is kept as <root-dir>/pki/kubelet-client-current.pem"
+    );
+
     // The Node authorizer applies to the new identity.
     c.kubectl(&["create", "secret", "generic", "mine", "--from-literal=k=v"]);
     c.kubectl(&[

@@ -3,10 +3,10 @@
 //! creation timestamps and encryption at rest (the same encryption config must be used after).
 //!
 //! Revisions (resourceVersions) cannot be carried over: the destination numbers its writes itself.
-//! So that no client mistakes an old resourceVersion for a new one, the destination is compacted at
-//! its head once the copy is done: a watch or list from before the move gets 410 Gone (or "too
-//! large resource version" when the old number is above the new head), and informers relist, as
-//! after upstream's etcd restore with `--mark-compacted`.
+//! So that no client mistakes an old resourceVersion for a new one, the destination's revision is
+//! raised above the source's and then compacted at its head once the copy is done: a watch or list
+//! from before the move gets 410 Gone and informers relist, as after upstream's etcd restore with
+//! `--bump-revision --mark-compacted`.
 //!
 //! The source is read at one snapshot revision; the API servers using it must be stopped first,
 //! or writes made during the copy are lost.
@@ -109,6 +109,10 @@ pub async fn copy(
             found,
         });
     }
+    let source_revision = snapshot.unwrap_or_default();
+    raise_revision(destination, source_revision)
+        .await
+        .map_err(MigrateError::Destination)?;
     let head = destination
         .current_revision()
         .await
@@ -120,9 +124,34 @@ pub async fn copy(
     Ok(Copied {
         keys,
         bytes,
-        source_revision: snapshot.unwrap_or_default(),
+        source_revision,
         destination_revision: head,
     })
+}
+
+/// The key the revision is raised with; deleted again before the copy ends.
+const RAISE_KEY: &str = "/rkube-migrate/raise-revision";
+
+/// Writes until the destination's revision is above `floor` (the source's snapshot), as upstream's
+/// `etcdutl snapshot restore --bump-revision`: every resourceVersion a client kept from the source
+/// is then at or below the compacted revision, so it gets 410 Gone and relists. Without it, an old
+/// resourceVersion above the destination's head would first be "too large", and once new writes
+/// passed it, a watch from it would start there and silently miss the writes in between. Costs one
+/// write per revision missing (the source's history beyond its live keys).
+async fn raise_revision(destination: &dyn Store, floor: Revision) -> Result<(), Error> {
+    if destination.current_revision().await? > floor {
+        return Ok(());
+    }
+    let created = destination.create(RAISE_KEY, Bytes::new()).await?;
+    // The delete below adds one more revision: stop the updates at `floor`.
+    let updates = floor.saturating_sub(created.mod_revision).max(0);
+    futures::stream::iter(0..updates)
+        .map(|_| destination.update(RAISE_KEY, Bytes::new(), None))
+        .buffer_unordered(IN_FLIGHT)
+        .try_for_each(|_| async { Ok(()) })
+        .await?;
+    destination.delete(RAISE_KEY, None).await?;
+    Ok(())
 }
 
 #[cfg(test)]
@@ -185,6 +214,44 @@ mod tests {
             Ok(_) => panic!("a watch from before the copy must not start"),
         };
         assert!(err.is_compacted(), "{err}");
+    }
+
+    /// A source with history beyond its live keys: every resourceVersion a client may hold from it,
+    /// up to the snapshot, is compacted in the destination (410, relist), never "in the future".
+    #[tokio::test]
+    async fn old_resource_versions_are_all_compacted_in_the_destination() {
+        let dir = tempfile::tempdir().unwrap();
+        let (src, dst) = (open(&dir, "src.db"), open(&dir, "dst.db"));
+        for i in 0..10 {
+            let key = format!("/leases/ns/l-{i}");
+            src.create(&key, Bytes::from_static(b"0")).await.unwrap();
+            for _ in 0..20 {
+                src.update(&key, Bytes::from_static(b"1"), None)
+                    .await
+                    .unwrap();
+            }
+        }
+        let old_head = src.current_revision().await.unwrap();
+        let copied = copy(&src, &dst, |_| {}).await.unwrap();
+        assert_eq!(copied.keys, 10);
+        assert!(
+            copied.destination_revision > old_head,
+            "{} > {old_head}",
+            copied.destination_revision
+        );
+        for old in [1, old_head / 2, old_head] {
+            match dst.watch("/", old).await {
+                Err(e) => assert!(e.is_compacted(), "{old}: {e}"),
+                Ok(_) => panic!("a watch from the source's revision {old} must not start"),
+            }
+        }
+        assert!(dst.get(RAISE_KEY).await.unwrap().is_none());
+        assert_eq!(dst.count("/").await.unwrap(), 10);
+        let after = dst
+            .create("/after", Bytes::from_static(b"x"))
+            .await
+            .unwrap();
+        assert!(after.mod_revision > old_head);
     }
 
     #[tokio::test]

@@ -1,5 +1,6 @@
 //! `rkube migrate`: a cluster's state moves from SQLite to etcd and back with every object's UID
-//! kept, and the API server serves it from the new backend.
+//! kept, and the API server serves it from the new backend; a watch from before the move gets 410
+//! Gone, relists and watches on.
 
 mod support;
 
@@ -50,6 +51,33 @@ fn migrated(from: &str, to: &str) -> String {
     stdout
 }
 
+/// The resourceVersion of a ConfigMap list in `moved` (kubectl's own `-o json` lists carry none).
+fn list_rv(c: &Cluster) -> String {
+    let out = c.kubectl(&[
+        "get",
+        "--raw",
+        "/api/v1/namespaces/moved/configmaps?limit=1",
+    ]);
+    let list: Value = serde_json::from_str(&out).unwrap();
+    list["metadata"]["resourceVersion"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+/// The events of a ConfigMap watch in `moved` from `rv` that ends after 2 s (or its refusal).
+fn watch_from(c: &Cluster, rv: &str) -> String {
+    let path = format!(
+        "/api/v1/namespaces/moved/configmaps?watch=1&resourceVersion={rv}&timeoutSeconds=2"
+    );
+    let out = c.kubectl_output(&["get", "--raw", &path], None);
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
 /// Starts an API-only server on `dir` with `storage_args`.
 fn serve(dir: tempfile::TempDir, storage_args: &[&str]) -> Cluster {
     let mut args = API_ONLY.to_vec();
@@ -91,6 +119,8 @@ fn a_cluster_moves_from_sqlite_to_etcd_and_back_with_its_uids() {
     sqlite.kubectl_in(&["create", "-f", "-"], Some(&list.to_string()));
     let before = uids(&sqlite);
     assert_eq!(before.len(), CONFIGMAPS);
+    // A client's last resourceVersion before the move (an informer's, say).
+    let old_rv = list_rv(&sqlite);
 
     // SQLite -> etcd. The old file is set aside, so what the server serves comes from etcd.
     let dir = take_dir(&mut sqlite);
@@ -109,8 +139,26 @@ fn a_cluster_moves_from_sqlite_to_etcd_and_back_with_its_uids() {
     let cm: Value = serde_json::from_str(&cm).unwrap();
     assert_eq!(cm["data"]["i"], "42");
     assert_eq!(cm["metadata"]["labels"]["batch"], "0");
-    // The cluster works on: a write after the move.
+    // The watch started before resumes as upstream's clients do: its old resourceVersion is gone
+    // (410, never "too large" and never silently accepted), so it relists and watches on.
+    let resumed = watch_from(&on_etcd, &old_rv);
+    // (An ERROR event in a 200 stream, as upstream's watch cache answers; kubectl would print an
+    // HTTP 410 as "(Expired)" or "(Gone)".)
+    assert!(
+        resumed.contains("\"code\":410")
+            || resumed.contains("(Expired)")
+            || resumed.contains("(Gone)"),
+        "watch from {old_rv}: {resumed}"
+    );
+    let new_rv = list_rv(&on_etcd);
+    assert_eq!(uids(&on_etcd), before);
+    // The cluster works on: a write after the move, which the resumed watch sees.
     on_etcd.kubectl(&["create", "configmap", "after", "-n", "moved"]);
+    let events = watch_from(&on_etcd, &new_rv);
+    assert!(
+        events.contains("\"ADDED\"") && events.contains("\"name\":\"after\""),
+        "watch from {new_rv}: {events}"
+    );
     let with_after = uids(&on_etcd);
     assert_eq!(with_after.len(), CONFIGMAPS + 1);
 

@@ -143,8 +143,10 @@ async fn raise_revision(destination: &dyn Store, floor: Revision) -> Result<(), 
         return Ok(());
     }
     let created = destination.create(RAISE_KEY, Bytes::new()).await?;
-    // The delete below adds one more revision: stop the updates at `floor`.
-    let updates = floor.saturating_sub(created.mod_revision).max(0);
+    // Up to `floor + 1`, and the delete below makes it `floor + 2`: the compaction at that head
+    // then refuses a watch from `floor` itself (etcd keeps the compaction revision, so a watch
+    // from `floor` would start at `floor + 1` and be served if that were the head).
+    let updates = (floor + 1).saturating_sub(created.mod_revision).max(0);
     futures::stream::iter(0..updates)
         .map(|_| destination.update(RAISE_KEY, Bytes::new(), None))
         .buffer_unordered(IN_FLIGHT)

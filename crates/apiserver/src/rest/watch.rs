@@ -91,13 +91,16 @@ pub async fn watch(ctx: &Ctx<'_>) -> Result<Response<Body>, ApiError> {
         }
     }
     let cache = ctx.cache();
+    let failure = StoreFailure::default();
     let (initial, live, start_rv, from_store) =
         match cache.subscribe(filter.clone(), start, caches.revision()) {
             Ok(sub) => (sub.initial, sub.live, sub.start_rv, false),
-            Err(SubscribeError::TooOld) => match store_watch(ctx, &filter, rv_num).await {
-                Ok(live) => (Vec::new(), live, rv_num, true),
-                Err(status) => return Ok(error_stream(format, status)),
-            },
+            Err(SubscribeError::TooOld) => {
+                match store_watch(ctx, &filter, rv_num, failure.clone()).await {
+                    Ok(live) => (Vec::new(), live, rv_num, true),
+                    Err(status) => return Ok(error_stream(format, status)),
+                }
+            }
         };
     let (out, body) = mpsc::channel::<Bytes>(OUT_BUFFER);
     let stream = WatchStream {
@@ -117,6 +120,7 @@ pub async fn watch(ctx: &Ctx<'_>) -> Result<Response<Body>, ApiError> {
         revision: (!from_store).then(|| caches.subscribe_revision()),
         bookmark_interval: ctx.api.bookmark_interval,
         timeout,
+        failure,
     };
     let open = ctx.api.metrics.watch_started();
     tokio::spawn(async move {
@@ -132,11 +136,17 @@ pub async fn watch(ctx: &Ctx<'_>) -> Result<Response<Body>, ApiError> {
     Ok(resp)
 }
 
+/// Why a store-fed watch ended, set before its channel closes: a compacted start revision is
+/// reported by etcd only after the watch was created (its first item), and the client must get
+/// the 410 ERROR event to relist, not a clean end it would resume from the same revision forever.
+type StoreFailure = Arc<std::sync::Mutex<Option<ApiError>>>;
+
 /// A store watch for a revision older than the cache keeps, converted to cache events.
 async fn store_watch(
     ctx: &Ctx<'_>,
     filter: &crate::filter::Filter,
     after: i64,
+    failure: StoreFailure,
 ) -> Result<mpsc::Receiver<(Arc<CacheEvent>, EventType)>, ApiError> {
     let mut events = ctx
         .api
@@ -149,9 +159,15 @@ async fn store_watch(
     let filter = filter.clone();
     tokio::spawn(async move {
         while let Some(item) = events.next().await {
-            let Ok(event) = item else {
-                // Compacted or closed: end the stream; the client re-lists.
-                return;
+            let event = match item {
+                Ok(event) => event,
+                Err(e) => {
+                    // Compacted (410) or broken: the stream ends with this error.
+                    if let Ok(mut f) = failure.lock() {
+                        *f = Some(storage_error(e));
+                    }
+                    return;
+                }
             };
             let Some(e) = CacheEvent::from_store(&cache, &event) else {
                 continue;
@@ -274,6 +290,8 @@ struct WatchStream {
     revision: Option<tokio::sync::watch::Receiver<i64>>,
     bookmark_interval: Duration,
     timeout: Duration,
+    /// A store-fed watch's error, sent as an ERROR event when its channel ends.
+    failure: StoreFailure,
 }
 
 impl WatchStream {
@@ -327,7 +345,13 @@ impl WatchStream {
         loop {
             tokio::select! {
                 item = live.recv() => {
-                    let Some((event, kind)) = item else { return };
+                    let Some((event, kind)) = item else {
+                        let failed = self.failure.lock().ok().and_then(|mut f| f.take());
+                        if let Some(err) = failed {
+                            let _ = out.send(frame_of(self.encoder.format, "ERROR", &err.to_status())).await;
+                        }
+                        return;
+                    };
                     last_rv = last_rv.max(event.rv);
                     if !self.send(&out, &event, kind).await {
                         return;

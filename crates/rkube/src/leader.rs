@@ -72,8 +72,19 @@ fn identity() -> String {
     format!("{host}_{}", uuid::Uuid::new_v4())
 }
 
+/// SIGINT or SIGTERM. Supervisors (systemd, the kubelet for static pods) stop a component with
+/// SIGTERM; upstream's components treat both alike, so the lease is given back either way.
+async fn stop_signal() -> Result<(), String> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut term = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
+    tokio::select! {
+        r = tokio::signal::ctrl_c() => r.map_err(|e| e.to_string()),
+        _ = term.recv() => Ok(()),
+    }
+}
+
 /// Runs `component` while this process leads (or at once with `--leader-elect=false`). Returns when
-/// the component returns, on ctrl-c, or with an error when leadership is lost.
+/// the component returns, on SIGINT or SIGTERM, or with an error when leadership is lost.
 pub async fn run_elected<F, Fut>(
     client: kube::Client,
     flags: &LeaderElectionFlags,
@@ -87,7 +98,7 @@ where
     if !flags.leader_elect {
         tokio::select! {
             _ = component() => return Ok(()),
-            r = tokio::signal::ctrl_c() => return r.map_err(|e| e.to_string()),
+            r = stop_signal() => return r,
         }
     }
     let name = flags
@@ -139,11 +150,11 @@ where
             finished.map_err(|_| format!("leader election lost ({outcome:?}) on Lease {}/{name}",
                 flags.leader_elect_resource_namespace))
         }
-        r = tokio::signal::ctrl_c() => {
+        r = stop_signal() => {
             // Give the lease back so a standby takes over at once (upstream ReleaseOnCancel).
             shutdown.cancel();
             elect.await;
-            r.map_err(|e| e.to_string())
+            r
         }
     }
 }

@@ -10,7 +10,7 @@
 //! 4. SIGSTOP of the leading controller manager past its lease, then SIGCONT: it must stop leading
 //!    at once and exit (upstream's components exit when they lose their lease),
 //! 5. a rolling restart of every process: etcd members (kill -9 and start on the data directory),
-//!    API servers (SIGTERM), controller managers, schedulers and sim (SIGINT: the leader releases).
+//!    API servers, controller managers, schedulers and sim (SIGTERM: the leader releases).
 //!
 //! A component that loses its lease (an etcd leader election can outlast the 3 s renew deadline)
 //! exits, as upstream's do; the test starts it again, as its supervisor would.
@@ -358,7 +358,8 @@ fn etcd_members_leaders_and_rolling_restarts_under_load() {
             if m.exited() {
                 lost.push(m.name.clone());
             } else {
-                m.stop_with("-INT");
+                // SIGTERM, as a supervisor stops them: the leader gives its lease back.
+                m.stop_with("-TERM");
             }
             m.start(&leading);
         }

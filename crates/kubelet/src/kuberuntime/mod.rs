@@ -5,12 +5,12 @@
 
 pub mod admit;
 pub mod admit_fit;
-pub mod pod_cgroup;
 pub mod config;
 pub mod container;
 pub mod ephemeral;
 pub mod etc_hosts;
 pub mod pod_actions;
+pub mod pod_cgroup;
 pub mod resize;
 pub mod security_context;
 pub mod status;

@@ -230,6 +230,18 @@ impl RealNode {
         if std::mem::replace(&mut self.cleaned, true) {
             return;
         }
+        // Workloads first, so their controllers do not make new pods (and sandboxes) while the
+        // node is being emptied.
+        let _ = self.cluster.kubectl_output(
+            &[
+                "delete",
+                "deployments,daemonsets,statefulsets,replicasets,replicationcontrollers,jobs,cronjobs",
+                "--all",
+                "-A",
+                "--wait=false",
+            ],
+            None,
+        );
         let _ = self.cluster.kubectl_output(
             &[
                 "delete",
@@ -265,7 +277,19 @@ impl RealNode {
                 _ => std::thread::sleep(Duration::from_millis(300)),
             }
         }
-        self.remove_sandboxes(&sock);
+        // Node 0's containerd, and with `--nodes` each other node's (`<data>/nodes/<name>/`).
+        let mut sockets = vec![sock];
+        if let Ok(nodes) = std::fs::read_dir(self.data.join("nodes")) {
+            sockets.extend(
+                nodes
+                    .flatten()
+                    .map(|n| n.path().join("containerd/containerd.sock"))
+                    .filter(|s| s.exists()),
+            );
+        }
+        for sock in &sockets {
+            self.remove_sandboxes(sock);
+        }
         self.cluster.stop();
         sweep(&self.data, &self.cgroup_root, &self.netns);
     }

@@ -270,6 +270,53 @@ pub fn next_action(
     }
 }
 
+/// The pod as the simulator caches it: only what [`next_action`], [`Knobs::from_annotations`] and the
+/// pod workers read (kwok keeps whole pods; 1,000 simulated nodes' pods are the process's largest
+/// cache, and a typed Pod's spec and managedFields are most of its memory). Kept: name, namespace,
+/// uid, resourceVersion, deletion timestamp, the `sim.rkube.io/` annotations; the spec's node name,
+/// restart policy, host network, readiness gates and containers' names and images; the whole status.
+pub fn slim_pod(pod: &mut Pod) {
+    use k8s_openapi::api::core::v1::{Container, PodSpec};
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    let meta = std::mem::take(&mut pod.metadata);
+    let annotations = meta.annotations.and_then(|a| {
+        let ours: BTreeMap<String, String> = a
+            .into_iter()
+            .filter(|(k, _)| k.starts_with("sim.rkube.io/"))
+            .collect();
+        (!ours.is_empty()).then_some(ours)
+    });
+    pod.metadata = ObjectMeta {
+        name: meta.name,
+        namespace: meta.namespace,
+        uid: meta.uid,
+        resource_version: meta.resource_version,
+        deletion_timestamp: meta.deletion_timestamp,
+        annotations,
+        ..ObjectMeta::default()
+    };
+    if let Some(spec) = pod.spec.take() {
+        let names = |cs: Vec<Container>| -> Vec<Container> {
+            cs.into_iter()
+                .map(|c| Container {
+                    name: c.name,
+                    image: c.image,
+                    ..Container::default()
+                })
+                .collect()
+        };
+        pod.spec = Some(PodSpec {
+            node_name: spec.node_name,
+            restart_policy: spec.restart_policy,
+            host_network: spec.host_network,
+            readiness_gates: spec.readiness_gates,
+            containers: names(spec.containers),
+            init_containers: spec.init_containers.map(names),
+            ..PodSpec::default()
+        });
+    }
+}
+
 /// What distinguishes one reported status from another (timestamps aside).
 fn signature(status: &Value) -> Value {
     let containers: Vec<Value> = status["containerStatuses"]

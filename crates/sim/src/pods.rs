@@ -46,6 +46,10 @@ pub async fn run(client: kube::Client, config: Arc<SimConfig>, fleet: Arc<Fleet>
         Api::<Pod>::all(client.clone()),
         Some(InformerConfig::new().fields("spec.nodeName!=")),
     );
+    // Every bound pod of the cluster is cached here: keep only what the workers read.
+    if let Err(e) = pods.set_transform(Arc::new(crate::lifecycle::slim_pod)) {
+        tracing::warn!(error = %e, "sim pods cached whole");
+    }
     let queue = RateLimitingQueue::with_config(
         default_controller_rate_limiter::<String>(),
         QueueConfig::named("sim-pods"),

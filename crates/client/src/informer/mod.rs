@@ -49,6 +49,7 @@ pub use index::{
 pub use metadata::{metadata_informer, MetadataListerWatcher};
 pub use reflector::{
     ApiListerWatcher, Delta, DeltaSink, ListerWatcher, Reflector, ReflectorConfig, ReflectorStats,
+    TransformError, TransformFunc,
 };
 pub use shared::{InformerConfig, SharedInformer, MINIMUM_RESYNC_PERIOD};
 pub use store::Store;

@@ -31,7 +31,7 @@
 use std::fmt::Debug;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
@@ -93,6 +93,21 @@ where
     fn describe(&self) -> String {
         self.api.resource_url().to_string()
     }
+}
+
+/// A change made to every object before it is cached and handed to handlers (upstream
+/// `cache.TransformFunc`): drop what no reader of the cache looks at, so a large collection costs
+/// less memory. It sees each object once, as it arrives from a list or a watch event.
+pub type TransformFunc<K> = Arc<dyn Fn(&mut K) + Send + Sync>;
+
+/// Why a transform was not installed.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum TransformError {
+    /// Objects may already be cached untransformed (upstream: "informer has already started").
+    #[error("the informer has already started")]
+    AlreadyStarted,
+    #[error("the informer already has a transform")]
+    AlreadySet,
 }
 
 /// One change for the cache (upstream `cache.Delta`, without `Sync`: resyncs come from the informer).
@@ -193,6 +208,7 @@ pub struct Reflector<K: Clone> {
     config: ReflectorConfig,
     counters: Counters,
     last_sync_resource_version: Mutex<Option<String>>,
+    transform: OnceLock<TransformFunc<K>>,
 }
 
 impl<K: Clone + 'static> Debug for Reflector<K> {
@@ -252,7 +268,16 @@ impl<K: Resource + Clone + Send + 'static> Reflector<K> {
             config,
             counters: Counters::default(),
             last_sync_resource_version: Mutex::new(None),
+            transform: OnceLock::new(),
         }
+    }
+
+    /// Installs the transform applied after `trim_managed_fields`; only one, set before
+    /// [`run`](Self::run) (the informer checks that it has not started).
+    pub fn set_transform(&self, f: TransformFunc<K>) -> Result<(), TransformError> {
+        self.transform
+            .set(f)
+            .map_err(|_| TransformError::AlreadySet)
     }
 
     pub fn config(&self) -> &ReflectorConfig {
@@ -349,6 +374,9 @@ impl<K: Resource + Clone + Send + 'static> Reflector<K> {
     fn transform(&self, object: &mut K) {
         if self.config.trim_managed_fields {
             object.meta_mut().managed_fields = None;
+        }
+        if let Some(f) = self.transform.get() {
+            f(object);
         }
     }
 

@@ -36,6 +36,7 @@ use super::handlers::{
 use super::index::{object_key, IndexError, IndexFunc};
 use super::reflector::{
     ApiListerWatcher, Delta, DeltaSink, ListerWatcher, Reflector, ReflectorConfig, ReflectorStats,
+    TransformError, TransformFunc,
 };
 use super::store::Store;
 
@@ -181,6 +182,18 @@ impl<K: Resource + Clone + Send + Sync + 'static> SharedInformer<K> {
     /// Adds an index to the cache (upstream `AddIndexers`); existing objects are indexed at once.
     pub fn add_indexer(&self, name: &str, func: IndexFunc<K>) -> Result<(), IndexError> {
         self.store.add_indexer(name, func)
+    }
+
+    /// Installs a transform every object goes through before it is cached (upstream
+    /// `SetTransform`): for caches whose readers need a few fields of large objects. Only before
+    /// [`start`](Self::start), and only one. The informer may be shared: the transform must keep
+    /// every field any of its users reads.
+    pub fn set_transform(&self, f: TransformFunc<K>) -> Result<(), TransformError> {
+        let task = self.task.lock().unwrap_or_else(|e| e.into_inner());
+        if task.is_some() || self.stopped.load(Ordering::Acquire) {
+            return Err(TransformError::AlreadyStarted);
+        }
+        self.reflector.set_transform(f)
     }
 
     /// The collection watched, for logs.

@@ -171,3 +171,44 @@ async fn informer_handler_panic_does_not_stop_delivery() {
     assert_eq!(*seen.lock().unwrap(), vec!["default/b"]);
     informer.stop();
 }
+
+#[tokio::test]
+async fn informer_transform_applies_to_listed_and_watched_objects_before_caching() {
+    let lw = Arc::new(FakeLw::default());
+    lw.list(Ok(page(vec![cm("a", 1)], 5, None)))
+        .watch(Ok(vec![Ok(WatchEvent::Added(cm("b", 6)))]));
+    let informer = SharedInformer::new(lw, fast());
+    let mark: TransformFunc<ConfigMap> = Arc::new(|o: &mut ConfigMap| {
+        o.data = Some([("slim".to_string(), "yes".to_string())].into());
+    });
+    informer
+        .set_transform(mark.clone())
+        .expect("first transform");
+    assert_eq!(
+        informer.set_transform(mark.clone()),
+        Err(TransformError::AlreadySet)
+    );
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s = seen.clone();
+    informer.add_event_handler(
+        EventHandlerFuncs::new().on_add(move |o: &Arc<ConfigMap>, _| {
+            let slim = o.data.as_ref().and_then(|d| d.get("slim")).cloned();
+            s.lock().unwrap().push(slim);
+        }),
+    );
+    informer.start();
+    wait_until("both adds", || seen.lock().unwrap().len() == 2).await;
+    assert!(seen
+        .lock()
+        .unwrap()
+        .iter()
+        .all(|v| v.as_deref() == Some("yes")));
+    let cached = informer.store().get("default/b").expect("cached");
+    assert_eq!(cached.data.as_ref().map(|d| d.len()), Some(1));
+    // Objects may already be cached untransformed: refused once started.
+    assert_eq!(
+        informer.set_transform(mark),
+        Err(TransformError::AlreadyStarted)
+    );
+    informer.stop();
+}

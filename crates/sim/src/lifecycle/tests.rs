@@ -305,3 +305,76 @@ fn bad_knobs_are_reported() {
     };
     assert_eq!(status["podIP"], "172.16.0.9");
 }
+
+/// A pod as a Deployment makes it, with what the simulator does not read: labels, owner,
+/// managedFields, resources, probes, volumes, tolerations.
+fn rich_pod(extra: Value) -> Pod {
+    pod(merge_all(
+        json!({
+            "metadata": {
+                "labels": {"app": "web"}, "generateName": "web-",
+                "annotations": {"kubectl.kubernetes.io/restartedAt": "x", RESTARTS: "2"},
+                "ownerReferences": [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "web-1",
+                    "uid": "rs-1", "controller": true}],
+                "managedFields": [{"manager": "kube-controller-manager", "operation": "Update",
+                    "apiVersion": "v1", "fieldsType": "FieldsV1",
+                    "fieldsV1": {"f:metadata": {"f:labels": {"f:app": {}}}}}]
+            },
+            "spec": {
+                "restartPolicy": "OnFailure", "schedulerName": "default-scheduler",
+                "tolerations": [{"key": "node.kubernetes.io/not-ready", "operator": "Exists",
+                    "effect": "NoExecute", "tolerationSeconds": 300}],
+                "volumes": [{"name": "v", "emptyDir": {}}],
+                "initContainers": [{"name": "init", "image": "busybox", "command": ["true"]}],
+                "containers": [{"name": "c", "image": "busybox",
+                    "resources": {"requests": {"cpu": "10m"}},
+                    "readinessProbe": {"exec": {"command": ["true"]}},
+                    "env": [{"name": "A", "value": "1"}]}],
+                "readinessGates": [{"conditionType": "example.com/lb"}]
+            }
+        }),
+        extra,
+    ))
+}
+
+fn merge_all(mut a: Value, b: Value) -> Value {
+    merge(&mut a, b);
+    a
+}
+
+#[test]
+fn the_slim_cached_pod_gets_the_same_actions_as_the_whole_pod() {
+    let started = json!({"status": {"phase": "Running", "startTime": "2026-01-01T00:00:00Z",
+        "podIP": "10.0.0.2", "conditions": [{"type": "example.com/lb", "status": "True"}]}});
+    let cases = [
+        rich_pod(json!({})),
+        rich_pod(started.clone()),
+        rich_pod(merge_all(
+            started.clone(),
+            json!({"metadata": {"annotations": {RUN_FOR: "5s", EXIT_CODE: "3"}}}),
+        )),
+        rich_pod(merge_all(
+            started,
+            json!({"metadata": {"deletionTimestamp": "2026-01-01T00:00:30Z"}}),
+        )),
+        rich_pod(json!({"spec": {"hostNetwork": true, "restartPolicy": "Never"}})),
+    ];
+    for whole in cases {
+        let mut slim = whole.clone();
+        slim_pod(&mut slim);
+        assert!(slim.metadata.managed_fields.is_none() && slim.metadata.labels.is_none());
+        let spec = slim.spec.as_ref().unwrap();
+        assert!(spec.volumes.is_none() && spec.tolerations.is_none());
+        assert!(spec.containers[0].resources.is_none());
+        for at in ["00:00:00", "00:00:04", "00:00:10", "00:00:31"] {
+            let now = t(&format!("2026-01-01T{at}Z"));
+            assert_eq!(
+                next_action(&slim, &knobs(&slim), "h", "ip", now),
+                next_action(&whole, &knobs(&whole), "h", "ip", now),
+                "{at}: {}",
+                serde_json::to_string(&whole).unwrap()
+            );
+        }
+        assert_eq!(knobs(&slim), knobs(&whole));
+    }
+}

@@ -64,6 +64,10 @@ pub struct Kubelet {
     pod_config: PodConfig,
 }
 
+/// How often the DRA manager looks for claims of pods gone from the node (the period of
+/// upstream's DRA `reconcileLoop`; its value here is rkube's choice).
+const DRA_RECONCILE_PERIOD: Duration = Duration::from_secs(60);
+
 /// Upstream's `imageMinimumGCAge`: an image unused for less than this is never collected.
 const IMAGE_MINIMUM_GC_AGE: Duration = Duration::from_secs(120);
 
@@ -290,6 +294,26 @@ impl Kubelet {
         }
     }
 
+    /// Upstream's DRA `reconcileLoop` (every [`DRA_RECONCILE_PERIOD`], once every source was heard from): claims used
+    /// only by pods that no source lists and no worker is terminating are unprepared. Pods deleted
+    /// while the kubelet was down, whose claims the checkpoint kept, are released here or by
+    /// housekeeping's removal of their sandboxes, whichever comes first; failed unprepares are
+    /// retried here.
+    pub async fn dra_reconcile(self: Arc<Self>) {
+        loop {
+            if self.pod_config.seen_all_sources() {
+                let mut active = self.pod_config.pod_uids();
+                active.extend(lock(&self.pods).keys().cloned());
+                if let Err(e) = self.dra.reconcile(&active).await {
+                    tracing::info!(error = %e, "unpreparing ResourceClaims of inactive pods failed, will retry");
+                }
+                tokio::time::sleep(DRA_RECONCILE_PERIOD).await;
+            } else {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        }
+    }
+
     /// Stops and removes every container and sandbox of pod `uid`.
     pub(crate) async fn remove_pod_runtime(&self, uid: &str, grace_secs: i64) {
         let selector: HashMap<String, String> =
@@ -500,6 +524,7 @@ pub async fn run(
     tasks.push(tokio::spawn(kubelet.clone().pleg()));
     tasks.push(tokio::spawn(kubelet.clone().housekeeping()));
     tasks.push(tokio::spawn(kubelet.dra.clone().watch()));
+    tasks.push(tokio::spawn(kubelet.clone().dra_reconcile()));
     // The kubelet's HTTPS server: logs, exec, attach, port-forward, /pods.
     tasks.push(tokio::spawn(crate::server::serve(
         listener,

@@ -1,6 +1,7 @@
 use super::proto::*;
 use super::*;
 use serde_json::json;
+use std::collections::BTreeSet;
 
 /// A driver that hands out one device per claim, CDI ID `example.com/gpu=gpu-0`.
 #[derive(Default)]
@@ -105,10 +106,7 @@ fn plugin_validation() {
 
 #[test]
 fn devices_serve_requests() {
-    let dev = |names: &[&str]| Device {
-        request_names: names.iter().map(|s| s.to_string()).collect(),
-        ..Default::default()
-    };
+    let dev = |names: &[&str]| -> Vec<String> { names.iter().map(|s| s.to_string()).collect() };
     assert!(serves_request(&dev(&["gpu"]), None));
     assert!(serves_request(&dev(&[]), Some("gpu")));
     assert!(serves_request(&dev(&["gpu"]), Some("gpu")));
@@ -219,4 +217,133 @@ async fn the_watcher_registers_and_forgets_sockets() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     watcher.abort();
+}
+
+/// A driver and a manager registered with it, on `root`.
+async fn registered(root: &Path) -> (Arc<ExampleDriver>, Manager) {
+    let endpoint = root.join("plugins/gpu/dra.sock");
+    let driver = Arc::new(ExampleDriver {
+        endpoint: endpoint.display().to_string(),
+        ..Default::default()
+    });
+    let reg = root.join(REGISTRY_DIR).join("gpu.example.com-reg.sock");
+    if !endpoint.exists() {
+        listen(&driver, &endpoint);
+        listen(&driver, &reg);
+    }
+    let m = Manager::new(root, Vec::new());
+    m.register(&reg).await.unwrap();
+    (driver, m)
+}
+
+#[tokio::test]
+async fn a_restarted_manager_keeps_prepared_claims_and_releases_gone_pods() {
+    let root = tempfile::tempdir().unwrap();
+    let (driver, m) = registered(root.path()).await;
+    let p = pod();
+    m.prepare_claims(&p, &[claim("gpu.example.com", "pod-1")])
+        .await
+        .unwrap();
+    assert!(root.path().join(checkpoint::FILE_NAME).exists());
+    drop(m);
+
+    // The kubelet restarts: the claim is known, prepared, with its devices.
+    let m = Manager::new(root.path(), Vec::new());
+    let known = m.prepared("ns", "trainer-gpu-x").unwrap();
+    assert!(known.prepared);
+    assert_eq!(known.pod_uids, BTreeSet::from(["pod-1".to_string()]));
+    let names = HashMap::from([("gpu".to_string(), "trainer-gpu-x".to_string())]);
+    let containers = &p.spec.as_ref().unwrap().containers;
+    assert_eq!(
+        m.container_cdi_ids("ns", &containers[0], &names),
+        ["example.com/gpu=gpu-0"]
+    );
+    // The driver is not registered yet with the new manager: a pod sync fails as upstream's
+    // (driver missing), and nothing is unprepared while the pod is active.
+    m.reconcile(&HashSet::from(["pod-1".to_string()]))
+        .await
+        .unwrap();
+    let reg = root
+        .path()
+        .join(REGISTRY_DIR)
+        .join("gpu.example.com-reg.sock");
+    m.register(&reg).await.unwrap();
+    m.prepare_claims(&p, &[claim("gpu.example.com", "pod-1")])
+        .await
+        .unwrap();
+    assert_eq!(
+        *lock(&driver.prepared),
+        ["trainer-gpu-x"],
+        "not prepared twice"
+    );
+
+    // The pod was deleted while the kubelet was down: the reconcile unprepares its claim.
+    drop(m);
+    let m = Manager::new(root.path(), Vec::new());
+    m.register(&reg).await.unwrap();
+    assert!(m.has_pod("pod-1"));
+    m.reconcile(&HashSet::new()).await.unwrap();
+    assert_eq!(*lock(&driver.unprepared), ["trainer-gpu-x"]);
+    assert!(m.prepared("ns", "trainer-gpu-x").is_none());
+    drop(m);
+    assert!(Manager::new(root.path(), Vec::new())
+        .prepared("ns", "trainer-gpu-x")
+        .is_none());
+}
+
+#[tokio::test]
+async fn unprepare_without_the_driver_is_retried() {
+    let root = tempfile::tempdir().unwrap();
+    let (driver, m) = registered(root.path()).await;
+    m.prepare_claims(&pod(), &[claim("gpu.example.com", "pod-1")])
+        .await
+        .unwrap();
+    drop(m);
+    let m = Manager::new(root.path(), Vec::new());
+    // Gone pod, driver not registered (yet): kept, and the error says why.
+    assert_eq!(
+        m.unprepare_pod("pod-1").await,
+        Err(PrepareError::UnprepareFailed {
+            claim: "ns/trainer-gpu-x".into(),
+            message: "plugin name gpu.example.com not found in the list of registered DRA plugins"
+                .into()
+        })
+    );
+    assert!(m.prepared("ns", "trainer-gpu-x").is_some());
+    let reg = root
+        .path()
+        .join(REGISTRY_DIR)
+        .join("gpu.example.com-reg.sock");
+    m.register(&reg).await.unwrap();
+    m.reconcile(&HashSet::new()).await.unwrap();
+    assert_eq!(*lock(&driver.unprepared), ["trainer-gpu-x"]);
+}
+
+#[tokio::test]
+async fn a_claim_recreated_under_the_same_name_is_refused_while_the_old_one_is_prepared() {
+    let root = tempfile::tempdir().unwrap();
+    let (_driver, m) = registered(root.path()).await;
+    m.prepare_claims(&pod(), &[claim("gpu.example.com", "pod-1")])
+        .await
+        .unwrap();
+    let mut newer = claim("gpu.example.com", "pod-1");
+    newer.metadata.uid = Some("claim-2".into());
+    assert_eq!(
+        m.prepare_claims(&pod(), &[newer]).await,
+        Err(PrepareError::StaleClaim {
+            claim: "trainer-gpu-x".into(),
+            old_uid: "claim-1".into()
+        })
+    );
+}
+
+#[test]
+fn a_corrupt_checkpoint_is_set_aside_and_taken_as_empty() {
+    let root = tempfile::tempdir().unwrap();
+    let path = root.path().join(checkpoint::FILE_NAME);
+    std::fs::write(&path, br#"{"Data": "{}", "Checksum": 1}"#).unwrap();
+    let m = Manager::new(root.path(), Vec::new());
+    assert!(m.prepared("ns", "trainer-gpu-x").is_none());
+    assert!(!path.exists());
+    assert!(path.with_extension("corrupt").exists());
 }

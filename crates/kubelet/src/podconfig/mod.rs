@@ -233,6 +233,17 @@ impl PodConfig {
         tx
     }
 
+    /// The UIDs of every source's pods (as merged, before the sync loop hears of them).
+    pub fn pod_uids(&self) -> std::collections::HashSet<String> {
+        let storage = self.storage.lock().unwrap_or_else(|e| e.into_inner());
+        storage
+            .pods
+            .values()
+            .flat_map(|pods| pods.values())
+            .map(|p| uid(p).to_string())
+            .collect()
+    }
+
     /// Whether every registered source has delivered its first set (upstream `SeenAllSources`).
     pub fn seen_all_sources(&self) -> bool {
         let storage = self.storage.lock().unwrap_or_else(|e| e.into_inner());

@@ -3,14 +3,16 @@
 //! allocate, or says there are none. A depth-first search with backtracking, as upstream's, over
 //! requests (`exactly`: `ExactCount` or `All`; `firstAvailable`: the subrequests in order) and the
 //! devices of each; `matchAttribute`/`distinctAttribute` constraints are checked as devices are
-//! picked.
+//! picked. Devices with `allowMultipleAllocations` are shared while their capacity lasts and
+//! devices that consume a pool's shared counters are allocated while the counters last
+//! ([`sharing`]); device taints with effect NoSchedule or NoExecute keep a device from requests
+//! that do not tolerate them.
 //!
-//! Not done: consumable capacity and `allowMultipleAllocations` (such devices are allocated whole),
-//! shared counters (partitionable devices), DeviceTaintRules, binding conditions, prioritized
-//! scoring of subrequests.
+//! Not done: DeviceTaintRules (DRADeviceTaintRules is off by default in 1.36, its API beta and
+//! off), binding conditions, devices backing extended resources.
 
 use std::cell::OnceCell;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use k8s_openapi::api::core::v1::{NodeSelector, NodeSelectorRequirement, NodeSelectorTerm};
@@ -20,10 +22,14 @@ use k8s_openapi::api::resource::v1::{
 };
 use rkube_cel::{Program, Value};
 
+use super::capacity::{self, Requests};
 use super::selectors::{self, qualify, SelectorCache};
-use super::tracker::{Taken, NO_ID};
+use super::slices::{CounterAmounts, PoolCounters};
+use super::tracker::{SharedUse, Taken, NO_ID};
 use crate::framework::NodeInfo;
 use crate::plugins::node_affinity::node_selector_matches;
+
+mod sharing;
 
 /// Upstream `AllocationResultsMaxSize`: devices one claim may get.
 pub const ALLOCATION_RESULTS_MAX_SIZE: usize = 32;
@@ -49,6 +55,8 @@ pub struct Alt {
     pub mode: Mode,
     pub admin: bool,
     pub tolerations: Vec<DeviceToleration>,
+    /// `capacity.requests` (consumable capacity); empty for most requests.
+    pub capacity: Requests,
 }
 
 #[derive(Clone)]
@@ -138,6 +146,7 @@ impl Prepared {
                         e.count,
                         e.admin_access == Some(true),
                         e.tolerations.clone(),
+                        e.capacity.as_ref(),
                     ));
                 }
                 for s in r.first_available.iter().flatten() {
@@ -149,9 +158,10 @@ impl Prepared {
                         s.count,
                         false,
                         s.tolerations.clone(),
+                        s.capacity.as_ref(),
                     ));
                 }
-                for (name, class_name, sels, mode, count, admin, tolerations) in subs {
+                for (name, class_name, sels, mode, count, admin, tolerations, cap) in subs {
                     let Some(cls) = class(class_name) else {
                         return Err(PrepareError::ClassMissing(format!(
                             "request {name}: device class {class_name} does not exist"
@@ -185,6 +195,9 @@ impl Prepared {
                         cache,
                     )
                     .map_err(PrepareError::Invalid)?;
+                    let capacity = capacity::requests_of(cap).map_err(|e| {
+                        PrepareError::Invalid(format!("claim {ckey}, request {name}: {e}"))
+                    })?;
                     alts.push(Alt {
                         name,
                         class: cls,
@@ -192,6 +205,7 @@ impl Prepared {
                         mode,
                         admin,
                         tolerations: tolerations.unwrap_or_default(),
+                        capacity,
                     });
                 }
                 requests.push(Request {
@@ -346,7 +360,16 @@ struct Search<'p, 'd> {
     epoch: u64,
     /// Pools whose slices are not all there (All requests cannot be decided).
     incomplete: &'p HashSet<(String, String)>,
+    /// Shared counters by pool (partitionable devices).
+    counters: &'p HashMap<(String, String), PoolCounters>,
+    /// Devices picked whole so far (shareable devices are never marked).
     used: Vec<bool>,
+    /// What this search gave out so far of shareable devices, by device index.
+    allocating: HashMap<usize, SharedUse>,
+    /// Per pool, counters left by (counter set, counter): computed when first needed.
+    counters_left: HashMap<(String, String), CounterAmounts>,
+    /// Per entry of `picked`, what taking the device changed (undone on backtracking).
+    undo: Vec<sharing::Undo>,
     /// Selector results by alternative (`Prepared::alt_base`) and device, evaluated on first need.
     memo: Vec<Option<bool>>,
     /// (request, alternative, device) picked so far.
@@ -471,13 +494,13 @@ impl Search<'_, '_> {
             }
             let alt = &self.prep.requests[r].alts[a];
             if self.free(alt, d) && self.selectable(r, a, d) && self.constraints_ok(r, d) {
-                self.used[d] = true;
-                self.picked.push((r, a, d));
-                if self.pick(r, a, remaining - 1, d + 1) {
-                    return true;
+                if let Some(undo) = self.take(r, a, d) {
+                    self.push(r, a, d, undo);
+                    if self.pick(r, a, remaining - 1, d + 1) {
+                        return true;
+                    }
+                    self.pop();
                 }
-                self.picked.pop();
-                self.used[d] = false;
             }
             d += 1;
         }
@@ -515,16 +538,21 @@ impl Search<'_, '_> {
         if chosen.is_empty() {
             return false;
         }
+        let mut pushed = 0;
         for &d in &chosen {
-            self.used[d] = true;
-            self.picked.push((r, a, d));
+            match self.take(r, a, d) {
+                Some(undo) => {
+                    self.push(r, a, d, undo);
+                    pushed += 1;
+                }
+                None => break,
+            }
         }
-        if self.request(r + 1) {
+        if pushed == chosen.len() && self.request(r + 1) {
             return true;
         }
-        for &d in &chosen {
-            self.used[d] = false;
-            self.picked.pop();
+        for _ in 0..pushed {
+            self.pop();
         }
         false
     }
@@ -587,13 +615,14 @@ const FIRST_AVAILABLE_MAX: i64 = 8;
 
 /// Finds devices for every prepared claim on a node: `Ok(None)` when they do not suffice, `Err`
 /// when a claim or class cannot be evaluated (upstream aborts the pod's cycle then). `epoch` is
-/// the interner epoch of the devices' ids.
+/// the interner epoch of the devices' ids; `counters` the slice index's shared counters.
 pub fn allocate(
     prep: &Prepared,
     devices: &[NodeDevice<'_>],
     taken: &Taken<'_>,
     epoch: u64,
     incomplete: &HashSet<(String, String)>,
+    counters: &HashMap<(String, String), PoolCounters>,
 ) -> Result<Option<Picks>, String> {
     let mut s = Search {
         prep,
@@ -601,7 +630,11 @@ pub fn allocate(
         taken,
         epoch,
         incomplete,
+        counters,
         used: vec![false; devices.len()],
+        allocating: HashMap::new(),
+        counters_left: HashMap::new(),
+        undo: Vec::new(),
         memo: vec![None; prep.alts_total * devices.len()],
         picked: Vec::new(),
         steps: 0,
@@ -636,6 +669,7 @@ pub fn results(
             let alt = &prep.requests[r].alts[a];
             let Some(dev) = devices.get(d) else { continue };
             devs.push(dev);
+            let (share_id, consumed_capacity) = sharing::share_of(alt, dev);
             results.push(DeviceRequestAllocationResult {
                 request: alt.name.clone(),
                 driver: dev.slice.spec.driver.clone(),
@@ -643,6 +677,8 @@ pub fn results(
                 device: dev.device.name.clone(),
                 admin_access: alt.admin.then_some(true),
                 tolerations: (!alt.tolerations.is_empty()).then(|| alt.tolerations.clone()),
+                share_id,
+                consumed_capacity,
                 ..Default::default()
             });
             if classes_done.insert(alt.name.clone()) {

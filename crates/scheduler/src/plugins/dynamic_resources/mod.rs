@@ -17,11 +17,14 @@
 //! Not done: extended resources backed by devices, binding conditions.
 
 pub mod allocator;
+pub mod capacity;
 mod scoring;
 pub mod selectors;
 pub mod slices;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_sharing;
 pub mod tracker;
 
 use std::collections::{BTreeSet, HashMap};
@@ -348,10 +351,16 @@ impl DynamicResources {
             return Ok(Some(Picks::default()));
         };
         let devices = s.index.devices(node);
-        self.handle
-            .listers
-            .dra
-            .with_taken(|taken| allocate(prep, &devices, taken, s.index.epoch, &s.index.incomplete))
+        self.handle.listers.dra.with_taken(|taken| {
+            allocate(
+                prep,
+                &devices,
+                taken,
+                s.index.epoch,
+                &s.index.incomplete,
+                &s.index.counters,
+            )
+        })
     }
 }
 

@@ -5,8 +5,11 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
+use apimachinery::quantity::Quantity;
 use k8s_openapi::api::resource::v1::ResourceSlice;
 use rkube_cel::Value;
+
+use super::capacity;
 
 use super::allocator::{slice_on_node, NodeDevice, SelectorMemo};
 use super::selectors::device_value;
@@ -56,6 +59,61 @@ impl Indexed {
 }
 use crate::framework::NodeInfo;
 
+/// Amounts by (counter set, counter).
+pub type CounterAmounts = Vec<((String, String), Quantity)>;
+
+/// A device that consumes shared counters, on whatever node it is.
+pub struct CounterConsumer {
+    /// The tracker's id (see [`Indexed::ids`]).
+    pub id: u32,
+    pub device: String,
+    /// ((counter set, counter), amount).
+    pub consumes: CounterAmounts,
+}
+
+/// A pool's shared counters (partitionable devices, upstream `Pool.CounterSets`) and the devices
+/// that consume them: the allocator subtracts what allocated ones consume.
+#[derive(Default)]
+pub struct PoolCounters {
+    /// ((counter set, counter), total).
+    pub totals: CounterAmounts,
+    pub consumers: Vec<CounterConsumer>,
+}
+
+impl PoolCounters {
+    fn add(&mut self, s: &Indexed) {
+        for set in s.slice.spec.shared_counters.iter().flatten() {
+            for (name, c) in &set.counters {
+                if let Some(q) = capacity::parse(&c.value) {
+                    self.totals.push(((set.name.clone(), name.clone()), q));
+                }
+            }
+        }
+        for (d, &id) in s.slice.spec.devices.iter().flatten().zip(&s.ids) {
+            let consumes: Vec<_> = d
+                .consumes_counters
+                .iter()
+                .flatten()
+                .flat_map(|c| {
+                    c.counters.iter().filter_map(|(n, q)| {
+                        Some((
+                            (c.counter_set.clone(), n.clone()),
+                            capacity::parse(&q.value)?,
+                        ))
+                    })
+                })
+                .collect();
+            if !consumes.is_empty() {
+                self.consumers.push(CounterConsumer {
+                    id,
+                    device: d.name.clone(),
+                    consumes,
+                });
+            }
+        }
+    }
+}
+
 #[derive(Default)]
 pub struct SliceIndex {
     by_node: HashMap<String, Vec<Indexed>>,
@@ -65,6 +123,8 @@ pub struct SliceIndex {
     pub incomplete: HashSet<(String, String)>,
     /// The tracker's interner epoch the devices' ids belong to.
     pub epoch: u64,
+    /// Shared counters by (driver, pool), for pools that have any.
+    pub counters: HashMap<(String, String), PoolCounters>,
 }
 
 impl SliceIndex {
@@ -112,22 +172,29 @@ impl SliceIndex {
                 .max()
                 .unwrap_or(0);
             if (slices.len() as i64) < announced {
-                idx.incomplete.insert(pool);
+                idx.incomplete.insert(pool.clone());
             }
             // Stable order: devices are tried in slice-name order, then as listed.
             slices.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+            let counted = slices.iter().any(|s| {
+                s.spec
+                    .shared_counters
+                    .as_ref()
+                    .is_some_and(|c| !c.is_empty())
+            });
             for s in slices {
+                let indexed = Indexed::new(s, intern);
+                if counted {
+                    idx.counters.entry(pool.clone()).or_default().add(&indexed);
+                }
+                let s = indexed.slice.clone();
                 let node =
                     s.spec.node_name.clone().filter(|n| {
                         !n.is_empty() && s.spec.per_device_node_selection != Some(true)
                     });
                 match node {
-                    Some(n) => idx
-                        .by_node
-                        .entry(n)
-                        .or_default()
-                        .push(Indexed::new(s, intern)),
-                    None => idx.shared.push(Indexed::new(s, intern)),
+                    Some(n) => idx.by_node.entry(n).or_default().push(indexed),
+                    None => idx.shared.push(indexed),
                 }
             }
         }

@@ -10,9 +10,9 @@ use super::*;
 use crate::framework::{CycleState, Handle};
 use crate::plugins::testutil::{labeled_node, st_of};
 
-const DRIVER: &str = "gpu.example.com";
+pub(super) const DRIVER: &str = "gpu.example.com";
 
-fn class(name: &str, selector: Option<&str>) -> Value {
+pub(super) fn class(name: &str, selector: Option<&str>) -> Value {
     let sels: Vec<Value> = selector
         .into_iter()
         .map(|e| json!({"cel": {"expression": e}}))
@@ -34,7 +34,7 @@ fn slice(node: &str, n: usize) -> Value {
             "pool": {"name": node, "generation": 1, "resourceSliceCount": 1}, "devices": devices}})
 }
 
-fn claim(name: &str, requests: Value) -> Value {
+pub(super) fn claim(name: &str, requests: Value) -> Value {
     json!({"kind": "ResourceClaim",
         "metadata": {"name": name, "namespace": "default", "uid": format!("uid-{name}"), "resourceVersion": "1"},
         "spec": {"devices": {"requests": requests}}})
@@ -44,7 +44,7 @@ fn exactly(class: &str, count: i64) -> Value {
     json!([{"name": "req", "exactly": {"deviceClassName": class, "count": count}}])
 }
 
-fn handle(objects: &[Value]) -> Handle {
+pub(super) fn handle(objects: &[Value]) -> Handle {
     fn parse<T: serde::de::DeserializeOwned>(o: &Value) -> Arc<T> {
         let mut o = o.clone();
         o.as_object_mut().unwrap().remove("kind");
@@ -80,7 +80,7 @@ fn pod_with(name: &str, claims: Value, statuses: Value) -> Pod {
     .unwrap()
 }
 
-fn pod(name: &str, claim: &str) -> Pod {
+pub(super) fn pod(name: &str, claim: &str) -> Pod {
     pod_with(
         name,
         json!([{"name": "gpu", "resourceClaimName": claim}]),
@@ -88,12 +88,12 @@ fn pod(name: &str, claim: &str) -> Pod {
     )
 }
 
-fn nodes() -> Vec<crate::framework::NodeInfo> {
+pub(super) fn nodes() -> Vec<crate::framework::NodeInfo> {
     vec![labeled_node("n1", json!({})), labeled_node("n2", json!({}))]
 }
 
 /// PreFilter then Filter on every node: the statuses by node name.
-fn run(pl: &DynamicResources, p: &Pod) -> (Status, Vec<(String, Status)>, CycleState) {
+pub(super) fn run(pl: &DynamicResources, p: &Pod) -> (Status, Vec<(String, Status)>, CycleState) {
     let ns = nodes();
     let mut state = st_of(&ns);
     let (_, pre) = pl.pre_filter(&mut state, p);

@@ -11,8 +11,11 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
+use apimachinery::quantity::Quantity;
 use client::informer::Store;
 use k8s_openapi::api::resource::v1::ResourceClaim;
+
+use super::capacity;
 
 /// One device: driver, pool, device name.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -65,6 +68,10 @@ struct Inner {
     names: Interner,
     /// By interned id: the number of claims holding the device (normally 0 or 1).
     taken: Vec<u32>,
+    /// Shares each claim holds, as (interned id, consumed capacity).
+    shares_by_claim: HashMap<String, Vec<(u32, capacity::Amounts)>>,
+    /// By interned id: the shares held of devices that allow multiple allocations.
+    shared: HashMap<u32, SharedUse>,
 }
 
 /// Shared by the plugin (every profile's) and the claim informer's handlers.
@@ -91,27 +98,82 @@ fn rv(c: &ResourceClaim) -> u64 {
         .unwrap_or(0)
 }
 
-/// The devices an allocated claim holds exclusively (admin access takes none: upstream lets such
-/// allocations share devices with ordinary ones).
-pub fn claim_devices(c: &ResourceClaim) -> Vec<DeviceId> {
-    c.status
+/// A share of a device that allows multiple allocations (consumable capacity): what one
+/// allocation result with a `shareID` consumes, by normalized capacity name (`domain/id`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Share {
+    pub device: DeviceId,
+    pub consumed: Vec<(String, Quantity)>,
+}
+
+/// What other shares of a device hold (upstream `AggregatedCapacity` of one device).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SharedUse {
+    /// Allocation results holding a share.
+    pub shares: u32,
+    /// Their consumed capacity summed, by normalized name.
+    pub consumed: Vec<(String, Quantity)>,
+}
+
+impl SharedUse {
+    /// What the shares hold of capacity `norm`.
+    pub fn of(&self, norm: &str) -> Quantity {
+        self.consumed
+            .iter()
+            .find(|(n, _)| n == norm)
+            .map(|(_, q)| *q)
+            .unwrap_or_default()
+    }
+
+    fn add(&mut self, consumed: &[(String, Quantity)], sign: i32) {
+        for (n, q) in consumed {
+            let q = if sign < 0 { q.neg() } else { *q };
+            match self.consumed.iter_mut().find(|(m, _)| m == n) {
+                Some((_, v)) => *v = v.add(&q),
+                None => self.consumed.push((n.clone(), q)),
+            }
+        }
+    }
+}
+
+/// The devices an allocated claim holds: exclusively (results without a `shareID`), and as
+/// shares (with one). Admin access takes none: upstream lets such allocations share devices with
+/// ordinary ones.
+pub fn claim_devices(c: &ResourceClaim) -> (Vec<DeviceId>, Vec<Share>) {
+    let mut whole = Vec::new();
+    let mut shares = Vec::new();
+    let results = c
+        .status
         .as_ref()
         .and_then(|s| s.allocation.as_ref())
         .and_then(|a| a.devices.as_ref())
-        .and_then(|d| d.results.as_ref())
-        .into_iter()
-        .flatten()
-        .filter(|r| r.admin_access != Some(true))
-        .map(|r| DeviceId {
+        .and_then(|d| d.results.as_ref());
+    for r in results.into_iter().flatten() {
+        if r.admin_access == Some(true) {
+            continue;
+        }
+        let device = DeviceId {
             driver: r.driver.clone(),
             pool: r.pool.clone(),
             device: r.device.clone(),
-        })
-        .collect()
+        };
+        if r.share_id.is_none() {
+            whole.push(device);
+            continue;
+        }
+        let consumed = r
+            .consumed_capacity
+            .iter()
+            .flatten()
+            .filter_map(|(k, q)| Some((capacity::normalize(k, &r.driver), capacity::parse(q)?)))
+            .collect();
+        shares.push(Share { device, consumed });
+    }
+    (whole, shares)
 }
 
 impl Inner {
-    fn set_devices(&mut self, key: &str, devices: Vec<DeviceId>) {
+    fn set_devices(&mut self, key: &str, (devices, shares): (Vec<DeviceId>, Vec<Share>)) {
         if let Some(old) = self.by_claim.remove(key) {
             for id in old {
                 if let Some(n) = self.taken.get_mut(id as usize) {
@@ -119,25 +181,51 @@ impl Inner {
                 }
             }
         }
-        if devices.is_empty() {
+        if let Some(old) = self.shares_by_claim.remove(key) {
+            for (id, consumed) in old {
+                if let Some(u) = self.shared.get_mut(&id) {
+                    u.add(&consumed, -1);
+                    u.shares = u.shares.saturating_sub(1);
+                    if u.shares == 0 {
+                        self.shared.remove(&id);
+                    }
+                }
+            }
+        }
+        if devices.is_empty() && shares.is_empty() {
             return;
         }
-        self.compact_if_needed(devices.len());
-        let ids: Vec<u32> = devices.iter().map(|d| self.names.intern(d)).collect();
-        for &id in &ids {
-            let i = id as usize;
-            if self.taken.len() <= i {
-                self.taken.resize(i + 1, 0);
+        self.compact_if_needed(devices.len() + shares.len());
+        if !devices.is_empty() {
+            let ids: Vec<u32> = devices.iter().map(|d| self.names.intern(d)).collect();
+            for &id in &ids {
+                let i = id as usize;
+                if self.taken.len() <= i {
+                    self.taken.resize(i + 1, 0);
+                }
+                self.taken[i] += 1;
             }
-            self.taken[i] += 1;
+            self.by_claim.insert(key.to_string(), ids);
         }
-        self.by_claim.insert(key.to_string(), ids);
+        if !shares.is_empty() {
+            let held: Vec<(u32, capacity::Amounts)> = shares
+                .into_iter()
+                .map(|s| (self.names.intern(&s.device), s.consumed))
+                .collect();
+            for (id, consumed) in &held {
+                let u = self.shared.entry(*id).or_default();
+                u.shares += 1;
+                u.add(consumed, 1);
+            }
+            self.shares_by_claim.insert(key.to_string(), held);
+        }
     }
 
     /// Renumbers the names claims hold once the table has grown past twice the names in use
     /// (plus `adding`); slice indexes see the new epoch and intern their devices again.
     fn compact_if_needed(&mut self, adding: usize) {
-        let held: usize = self.by_claim.values().map(Vec::len).sum();
+        let held: usize = self.by_claim.values().map(Vec::len).sum::<usize>()
+            + self.shares_by_claim.values().map(Vec::len).sum::<usize>();
         let limit = INTERN_FLOOR.max(2 * (held + self.names.slice_devices + adding));
         if self.names.names.len() < limit {
             return;
@@ -157,6 +245,16 @@ impl Inner {
             }
         }
         self.taken = taken;
+        let old_shared = std::mem::take(&mut self.shared);
+        for held in self.shares_by_claim.values_mut() {
+            for (id, _) in held.iter_mut() {
+                let new = self.names.intern(&old.names[*id as usize]);
+                if let Some(u) = old_shared.get(id) {
+                    self.shared.insert(new, u.clone());
+                }
+                *id = new;
+            }
+        }
     }
 
     /// The claim to believe: what PreBind wrote while the informer is behind it. A pending
@@ -312,13 +410,18 @@ pub struct Taken<'a>(Option<&'a Inner>);
 
 impl Taken<'_> {
     pub fn contains(&self, driver: &str, pool: &str, device: &str) -> bool {
-        let Some(g) = self.0 else { return false };
+        self.lookup(driver, pool, device)
+            .is_some_and(|id| self.by_id(id))
+    }
+
+    fn lookup(&self, driver: &str, pool: &str, device: &str) -> Option<u32> {
+        let g = self.0?;
         let d = DeviceId {
             driver: driver.into(),
             pool: pool.into(),
             device: device.into(),
         };
-        g.names.ids.get(&d).is_some_and(|&id| self.by_id(id))
+        g.names.ids.get(&d).copied()
     }
 
     fn by_id(&self, id: u32) -> bool {
@@ -327,13 +430,36 @@ impl Taken<'_> {
             .is_some_and(|&n| n > 0)
     }
 
-    /// By the id a slice index of `epoch` gave the device; by name if the ids were renumbered
-    /// since (an index built before a compaction, still used by this cycle).
-    pub fn contains_id(&self, id: u32, epoch: u64, driver: &str, pool: &str, device: &str) -> bool {
+    /// The current id of a device a slice index of `epoch` gave `id` (by name if the ids were
+    /// renumbered since: an index built before a compaction, still used by this cycle).
+    fn resolve(&self, id: u32, epoch: u64, driver: &str, pool: &str, device: &str) -> Option<u32> {
         match self.0 {
-            Some(g) if g.names.epoch == epoch && id != NO_ID => self.by_id(id),
-            _ => self.contains(driver, pool, device),
+            Some(g) if g.names.epoch == epoch && id != NO_ID => Some(id),
+            _ => self.lookup(driver, pool, device),
         }
+    }
+
+    /// Whether an allocation holds the device whole.
+    pub fn contains_id(&self, id: u32, epoch: u64, driver: &str, pool: &str, device: &str) -> bool {
+        self.resolve(id, epoch, driver, pool, device)
+            .is_some_and(|id| self.by_id(id))
+    }
+
+    /// The shares allocations hold of the device, if any.
+    pub fn shared(
+        &self,
+        id: u32,
+        epoch: u64,
+        driver: &str,
+        pool: &str,
+        device: &str,
+    ) -> Option<&SharedUse> {
+        let g = self.0?;
+        if g.shared.is_empty() {
+            return None;
+        }
+        let id = self.resolve(id, epoch, driver, pool, device)?;
+        g.shared.get(&id)
     }
 }
 

@@ -568,18 +568,34 @@ pub fn select(spec: &[String]) -> Result<Vec<&'static ControllerDescriptor>, Str
         .collect())
 }
 
+/// The controllers' informer factory: managedFields trimmed from every cached object, as upstream's
+/// kube-controller-manager does (no controller reads them; writes of a cached object without them
+/// keep the server's). Other components of one process may share it ([`run_selected_with_factory`]).
+pub fn informer_factory(client: kube::Client) -> Arc<SharedInformerFactory> {
+    Arc::new(SharedInformerFactory::new(
+        client,
+        InformerConfig::new().trim_managed_fields(),
+    ))
+}
+
 /// Runs the chosen controllers until the future is dropped.
 pub async fn run_selected(
     client: kube::Client,
     selected: Vec<&'static ControllerDescriptor>,
     options: ControllerOptions,
 ) {
-    // managedFields trimmed from every cached object: no controller reads them (writes of a
-    // cached object without them keep the server's).
-    let factory = Arc::new(SharedInformerFactory::new(
-        client.clone(),
-        InformerConfig::new().trim_managed_fields(),
-    ));
+    let factory = informer_factory(client.clone());
+    run_selected_with_factory(client, factory, selected, options).await;
+}
+
+/// Like [`run_selected`], with the informers of `factory` (one made by [`informer_factory`], which
+/// `rkube server` shares with its scheduler so every pod is cached once).
+pub async fn run_selected_with_factory(
+    client: kube::Client,
+    factory: Arc<SharedInformerFactory>,
+    selected: Vec<&'static ControllerDescriptor>,
+    options: ControllerOptions,
+) {
     let contexts: Vec<ControllerContext> = selected
         .iter()
         .map(|c| {

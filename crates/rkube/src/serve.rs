@@ -137,12 +137,29 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
         let client = client::kubeconfig::client_from_file(&kubeconfig).await?;
         crate::cluster_info::ensure(client, &kubeconfig).await?;
     }
+    // The scheduler and the controllers share one informer factory: every pod, node, ReplicaSet...
+    // is listed, watched and cached once in this process rather than once per component (with
+    // thousands of pods the pod caches are most of the process's memory).
+    let shared_informers = if !args.disable_scheduler && !args.disable_controllers {
+        let kubeconfig = args.api.data_dir.join("admin.kubeconfig");
+        let client = client::kubeconfig::client_from_file(&kubeconfig).await?;
+        Some(controllers::informer_factory(client))
+    } else {
+        None
+    };
     let _scheduler = if !args.disable_scheduler {
         let config =
             crate::scheduler_config(args.scheduler_config.as_deref(), "default-scheduler", 0)?;
         let kubeconfig = args.api.data_dir.join("admin.kubeconfig");
         let client = client::kubeconfig::client_from_file(&kubeconfig).await?;
-        let task = AbortOnDrop(tokio::spawn(scheduler::run(client, config)));
+        let task = match shared_informers.clone() {
+            Some(factory) => AbortOnDrop(tokio::spawn(async move {
+                if let Err(e) = scheduler::run_with_factory(client, factory, config).await {
+                    tracing::error!(error = %e, "scheduler stopped");
+                }
+            })),
+            None => AbortOnDrop(tokio::spawn(scheduler::run(client, config))),
+        };
         running.register_component("scheduler", task.probe("the scheduler stopped"));
         Some(task)
     } else {
@@ -176,9 +193,14 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
                 }
             });
         }
-        let task = AbortOnDrop(tokio::spawn(controllers::run_selected(
-            client, selected, options,
-        )));
+        let task = match shared_informers {
+            Some(factory) => AbortOnDrop(tokio::spawn(controllers::run_selected_with_factory(
+                client, factory, selected, options,
+            ))),
+            None => AbortOnDrop(tokio::spawn(controllers::run_selected(
+                client, selected, options,
+            ))),
+        };
         running.register_component(
             "controller-manager",
             task.probe("the controller manager stopped"),

@@ -22,7 +22,7 @@ use crate::framework::{action, ClusterEvent, EventResource, Listers, PodInfo};
 use crate::scheduler::Shared;
 
 pub(crate) struct Informers {
-    factory: SharedInformerFactory,
+    factory: Arc<SharedInformerFactory>,
     nodes: Arc<SharedInformer<Node>>,
     pods: Arc<SharedInformer<Pod>>,
     pvcs: Arc<SharedInformer<PersistentVolumeClaim>>,
@@ -120,10 +120,18 @@ fn on_assigned_pod(shared: &Shared, pod: &Arc<Pod>) {
 }
 
 impl Informers {
-    pub(crate) fn new(client: kube::Client) -> Informers {
-        // The scheduler never reads managedFields: not caching them saves most of a pod's metadata.
-        let factory =
-            SharedInformerFactory::new(client, InformerConfig::new().trim_managed_fields());
+    /// The scheduler's own factory. The scheduler never reads managedFields: not caching them saves
+    /// most of a pod's metadata (upstream kube-scheduler trims them too).
+    pub(crate) fn factory(client: kube::Client) -> Arc<SharedInformerFactory> {
+        Arc::new(SharedInformerFactory::new(
+            client,
+            InformerConfig::new().trim_managed_fields(),
+        ))
+    }
+
+    /// The scheduler's informers from `factory`, which other components of the process may share
+    /// (then its default configuration must trim no more than managedFields).
+    pub(crate) fn new(factory: Arc<SharedInformerFactory>) -> Informers {
         Informers {
             nodes: factory.informer::<Node>(),
             pods: factory.informer::<Pod>(),

@@ -24,4 +24,4 @@ pub mod queue;
 pub mod scheduler;
 
 pub use config::KubeSchedulerConfiguration;
-pub use scheduler::{run, run_checked, SchedulerConfig};
+pub use scheduler::{run, run_checked, run_with_factory, SchedulerConfig};

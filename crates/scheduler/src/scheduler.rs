@@ -195,6 +195,18 @@ pub async fn run(client: kube::Client, config: SchedulerConfig) {
 
 /// Like [`run`], returning configuration errors.
 pub async fn run_checked(client: kube::Client, config: SchedulerConfig) -> Result<(), String> {
+    let factory = crate::informers::Informers::factory(client.clone());
+    run_with_factory(client, factory, config).await
+}
+
+/// Like [`run_checked`], with the informers of `factory`: in one process with other components
+/// (`rkube server`), one factory means one cache of every pod and node instead of one per
+/// component. The factory's objects must keep every field but managedFields.
+pub async fn run_with_factory(
+    client: kube::Client,
+    factory: Arc<client::informer::SharedInformerFactory>,
+    config: SchedulerConfig,
+) -> Result<(), String> {
     let cfg = config.configuration;
     let broadcaster = EventBroadcaster::new();
     broadcaster.start_recording_to_sink(ApiEventSink::new(client.clone()));
@@ -202,7 +214,7 @@ pub async fn run_checked(client: kube::Client, config: SchedulerConfig) -> Resul
     // Upstream runs `parallelism` goroutines; threads beyond the cores only add switching here.
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     let parallelism = (cfg.parallelism.unwrap_or(16).max(1) as usize).min(cores);
-    let informers = crate::informers::Informers::new(client.clone());
+    let informers = crate::informers::Informers::new(factory);
     let handle = Handle {
         client: Some(client.clone()),
         listers: informers.listers(),

@@ -11,6 +11,14 @@
 //! - PostFilter: a claim allocated on one node and reserved for nobody, used by a pod that may
 //!   only run on another node, is deallocated (the pod's FailedScheduling event says so) and then
 //!   allocated again where the pod goes.
+//!
+//! And, on a second server with two simulated nodes and slices the test publishes, the 1.36
+//! features on by default:
+//! - consumable capacity: two pods each asking 4Gi of a device with 8Gi of shareable memory land
+//!   on it with distinct shareIDs, a third stays Pending with upstream's message;
+//! - partitionable devices: a partition consuming a shared counter blocks an overlapping one
+//!   until its pod is deleted and its claim deallocated;
+//! - device taints: a tainted device is skipped unless the claim tolerates the taint.
 
 mod support;
 
@@ -220,5 +228,158 @@ fn dynamic_resources_schedule_claims() {
             "{message}"
         );
         assert!(claims.get("many").await.unwrap().status.and_then(|s| s.allocation).is_none());
+    });
+}
+
+/// A DeviceClass for `driver`.
+fn class_for(driver: &str) -> DeviceClass {
+    serde_json::from_value(json!({"metadata": {"name": driver},
+        "spec": {"selectors": [{"cel": {"expression": format!("device.driver == '{driver}'")}}]}}))
+    .unwrap()
+}
+
+/// A ResourceSlice of `driver` on `node` (pool = node) with `spec` merged in.
+fn node_slice(
+    name: &str,
+    driver: &str,
+    node: &str,
+    count: i64,
+    spec: serde_json::Value,
+) -> ResourceSlice {
+    let mut s = json!({"metadata": {"name": name}, "spec": {"driver": driver, "nodeName": node,
+        "pool": {"name": node, "generation": 1, "resourceSliceCount": count}}});
+    for (k, v) in spec.as_object().unwrap() {
+        s["spec"][k] = v.clone();
+    }
+    serde_json::from_value(s).unwrap()
+}
+
+/// A claim with one request of the class `driver`, `exactly` merged in.
+fn claim_of(name: &str, driver: &str, exactly: serde_json::Value) -> ResourceClaim {
+    let mut e = json!({"deviceClassName": driver});
+    for (k, v) in exactly.as_object().unwrap() {
+        e[k] = v.clone();
+    }
+    serde_json::from_value(json!({"metadata": {"name": name},
+        "spec": {"devices": {"requests": [{"name": "gpu", "exactly": e}]}}}))
+    .unwrap()
+}
+
+fn results_of(
+    c: &ResourceClaim,
+) -> Vec<k8s_openapi::api::resource::v1::DeviceRequestAllocationResult> {
+    c.status
+        .as_ref()
+        .and_then(|s| s.allocation.as_ref())
+        .and_then(|a| a.devices.as_ref())
+        .and_then(|d| d.results.clone())
+        .unwrap_or_default()
+}
+
+async fn pending_message(pods: &Api<Pod>, name: &str) -> String {
+    eventually(
+        &format!("{name}'s PodScheduled=False"),
+        Duration::from_secs(30),
+        || async {
+            let p = pods.get(name).await.map_err(|e| e.to_string())?;
+            assert!(node_of(&p).is_none(), "{name} was scheduled");
+            p.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .and_then(|c| {
+                    c.iter()
+                        .find(|c| c.type_ == "PodScheduled" && c.status == "False")
+                })
+                .and_then(|c| c.message.clone())
+                .ok_or_else(|| "no condition".to_string())
+        },
+    )
+    .await
+}
+
+#[test]
+fn shared_partitioned_and_tainted_devices() {
+    let c = Cluster::start_all(Backend::Sqlite, &["--sim-nodes", "2"]);
+    support::runtime().block_on(async {
+        let client = c.client().await;
+        let slices: Api<ResourceSlice> = Api::all(client.clone());
+        let classes: Api<DeviceClass> = Api::all(client.clone());
+        let claims: Api<ResourceClaim> = Api::namespaced(client.clone(), "default");
+        let pods: Api<Pod> = Api::namespaced(client.clone(), "default");
+        let pp = PostParams::default();
+        let nodes: Api<Node> = Api::all(client.clone());
+        let names = eventually("two nodes", Duration::from_secs(30), || async {
+            let mut n: Vec<String> = nodes.list(&ListParams::default()).await.map_err(|e| e.to_string())?
+                .items.into_iter().filter_map(|n| n.metadata.name).collect();
+            n.sort();
+            (n.len() == 2).then_some(n).ok_or("nodes".to_string())
+        })
+        .await;
+        let a = names[0].clone();
+        let (shared, part, taint) = ("shared.example.com", "part.example.com", "taint.example.com");
+        for d in [shared, part, taint] {
+            classes.create(&pp, &class_for(d)).await.unwrap();
+        }
+        slices.create(&pp, &node_slice("a-shared", shared, &a, 1, json!({"devices": [
+            {"name": "gpu-0", "allowMultipleAllocations": true,
+                "capacity": {"memory": {"value": "8Gi"}}}]}))).await.unwrap();
+        slices.create(&pp, &node_slice("a-part-counters", part, &a, 2, json!({"sharedCounters": [
+            {"name": "gpu-0", "counters": {"memory": {"value": "8Gi"}}}]}))).await.unwrap();
+        let partition = |name: &str, mem: &str| {
+            json!({"name": name, "attributes": {"part": {"string": name}},
+            "consumesCounters": [{"counterSet": "gpu-0", "counters": {"memory": {"value": mem}}}]})
+        };
+        slices.create(&pp, &node_slice("a-part-devices", part, &a, 2, json!({"devices": [
+            partition("half-0", "4Gi"), partition("whole", "8Gi")]}))).await.unwrap();
+        slices.create(&pp, &node_slice("a-taint", taint, &a, 1, json!({"devices": [
+            {"name": "gpu-0", "taints": [{"key": "broken", "value": "yes", "effect": "NoSchedule"}]}]})))
+            .await.unwrap();
+
+        // Consumable capacity: 4Gi + 4Gi of 8Gi, then nothing left.
+        let four = json!({"capacity": {"requests": {"memory": "4Gi"}}});
+        for i in 1..=3 {
+            claims.create(&pp, &claim_of(&format!("mem-{i}"), shared, four.clone())).await.unwrap();
+        }
+        pods.create(&pp, &pod("mem-1", "mem-1")).await.unwrap();
+        pods.create(&pp, &pod("mem-2", "mem-2")).await.unwrap();
+        assert_eq!(bound(&pods, "mem-1").await, a);
+        assert_eq!(bound(&pods, "mem-2").await, a);
+        let mut share_ids = Vec::new();
+        for name in ["mem-1", "mem-2"] {
+            let r = results_of(&claims.get(name).await.unwrap());
+            assert_eq!((r.len(), r[0].device.as_str(), r[0].pool.as_str()), (1, "gpu-0", a.as_str()));
+            let consumed = r[0].consumed_capacity.as_ref().expect("consumedCapacity");
+            assert_eq!(consumed.get("memory").map(|q| q.0.as_str()), Some("4Gi"));
+            share_ids.push(r[0].share_id.clone().expect("shareID"));
+        }
+        assert_ne!(share_ids[0], share_ids[1]);
+        pods.create(&pp, &pod("mem-3", "mem-3")).await.unwrap();
+        let message = pending_message(&pods, "mem-3").await;
+        assert!(message.starts_with("0/2 nodes are available: 2 cannot allocate all claims."), "{message}");
+
+        // Partitions: half-0 (4Gi of the counter) blocks whole (8Gi) until it is released.
+        let kind = |d: &str| json!({"selectors": [{"cel": {"expression": format!("device.attributes['{part}'].part == '{d}'")}}]});
+        claims.create(&pp, &claim_of("half", part, kind("half-0"))).await.unwrap();
+        claims.create(&pp, &claim_of("whole", part, kind("whole"))).await.unwrap();
+        pods.create(&pp, &pod("half", "half")).await.unwrap();
+        assert_eq!(bound(&pods, "half").await, a);
+        pods.create(&pp, &pod("whole", "whole")).await.unwrap();
+        let message = pending_message(&pods, "whole").await;
+        assert!(message.starts_with("0/2 nodes are available: 2 cannot allocate all claims."), "{message}");
+        pods.delete("half", &kube::api::DeleteParams::default().grace_period(0)).await.unwrap();
+        assert_eq!(bound(&pods, "whole").await, a);
+        assert_eq!(results_of(&claims.get("whole").await.unwrap())[0].device, "whole");
+
+        // Taints: the NoSchedule device only for the claim that tolerates it.
+        claims.create(&pp, &claim_of("untainted", taint, json!({}))).await.unwrap();
+        claims.create(&pp, &claim_of("tolerant", taint, json!({"tolerations": [
+            {"key": "broken", "operator": "Exists", "effect": "NoSchedule"}]}))).await.unwrap();
+        pods.create(&pp, &pod("untainted", "untainted")).await.unwrap();
+        pods.create(&pp, &pod("tolerant", "tolerant")).await.unwrap();
+        assert_eq!(bound(&pods, "tolerant").await, a);
+        let r = results_of(&claims.get("tolerant").await.unwrap());
+        assert_eq!(r[0].tolerations.as_ref().map(Vec::len), Some(1), "the tolerations are copied");
+        let message = pending_message(&pods, "untainted").await;
+        assert!(message.starts_with("0/2 nodes are available: 2 cannot allocate all claims."), "{message}");
     });
 }

@@ -376,6 +376,69 @@ fn udp_conntrack_cleanup(net: &Net, p: &mut Proxier, mode: Mode) {
     );
 }
 
+/// Hairpin: a backend reaching its own Service may be sent to itself; unless the node
+/// masquerades that connection, the backend gets a packet from its own address and drops it.
+/// The client's address is inside `--cluster-cidr` here, so only the hairpin rule masquerades.
+/// One endpoint: the backends share a namespace, so unmasqueraded traffic between two of them
+/// through the node is dropped as well (a source address of their own).
+fn hairpin(mode: Mode) {
+    if skip_reason().is_some() {
+        return;
+    }
+    let net = network();
+    let _backends = start_backends(&net.backend);
+    net.node
+        .spawn(|| std::fs::write("/proc/sys/net/ipv4/ip_forward", "1"))
+        .join()
+        .expect("thread")
+        .expect("netns")
+        .expect("ip_forward");
+    net.backend
+        .ip(&[
+            "route",
+            "add",
+            "10.96.0.0/16",
+            "via",
+            NODE_IP,
+            "src",
+            BACKENDS[0],
+        ])
+        .expect("route");
+    let cfg = Config {
+        masquerade_mark: 0x4000,
+        masquerade_all: false,
+        cluster_cidr: Some("10.250.0.0/24".into()),
+        nodeport_ips: None,
+        node_name: "node-a".into(),
+        node_labels: HashMap::new(),
+    };
+    let mut p = Proxier::new(
+        mode,
+        cfg,
+        Exec::in_netns(net.node.name()),
+        vec![],
+        Arc::new(Metrics::new("test")),
+    );
+    let me = vec![BACKENDS[0].to_string()];
+    p.on_service(None, Some(&service("default", "web", "10.96.0.50", 80)));
+    p.on_endpoint_slice(&slice("default", "web", 8080, &me, "node-b"), false);
+    p.sync().expect("sync");
+    let (out, _) = connect_all(&net.backend, vec!["10.96.0.50:80".parse().unwrap(); 5]);
+    let seen = answers(&out);
+    assert_eq!(seen.get(BACKENDS[0]), Some(&5), "{mode:?}: {seen:?}");
+    p.cleanup().expect("cleanup");
+}
+
+#[test]
+fn hairpin_nftables() {
+    hairpin(Mode::Nftables);
+}
+
+#[test]
+fn hairpin_iptables() {
+    hairpin(Mode::Iptables);
+}
+
 #[test]
 fn nftables_mode() {
     scenario(Mode::Nftables);

@@ -28,55 +28,11 @@ use crate::servicechangetracker::{
 };
 use crate::topology::categorize;
 
-pub const TABLE: &str = "kube-proxy";
-const SERVICES: &str = "services";
-const SERVICE_IPS: &str = "service-ips";
-const SERVICE_NODEPORTS: &str = "service-nodeports";
-const NODEPORT_IPS: &str = "nodeport-ips";
-const ENDPOINTS_CHECK: &str = "endpoints-check";
-const NO_ENDPOINT_SERVICES: &str = "no-endpoint-services";
-const NO_ENDPOINT_NODEPORTS: &str = "no-endpoint-nodeports";
-const REJECT_CHAIN: &str = "reject-chain";
-const MARK_MASQ: &str = "mark-for-masquerade";
-const MASQUERADING: &str = "masquerading";
-
-/// The verdict maps whose contents a sync diffs.
-pub const MAPS: [&str; 4] = [
-    SERVICE_IPS,
-    SERVICE_NODEPORTS,
-    NO_ENDPOINT_SERVICES,
-    NO_ENDPOINT_NODEPORTS,
-];
-
-/// Base chains: (name, type, hook, priority). Filter chains see pre-DNAT addresses. Priorities are
-/// upstream's `dstnat - 10`, `dstnat` (-100) and `srcnat` (100) as numbers: nft before 1.0.7
-/// accepts the names only on the hooks they belong to.
-const BASE_CHAINS: [(&str, &str, &str, &str); 7] = [
-    ("filter-prerouting", "filter", "prerouting", "-110"),
-    ("filter-input", "filter", "input", "-110"),
-    ("filter-forward", "filter", "forward", "-110"),
-    ("filter-output", "filter", "output", "-110"),
-    ("nat-prerouting", "nat", "prerouting", "-100"),
-    ("nat-output", "nat", "output", "-100"),
-    ("nat-postrouting", "nat", "postrouting", "100"),
-];
-
-/// Chains and sets of the fixed part of the table (see `setup`): base chains, the five regular
-/// chains, the four verdict maps; `nodeport-ips` exists only with `--nodeport-addresses`.
-pub fn fixed_objects(cfg: &Config) -> usize {
-    BASE_CHAINS.len() + 5 + MAPS.len() + usize::from(cfg.nodeport_ips.is_some())
-}
-
-/// Jumps from base chains: (target, from, match). Reject is only valid in input/forward/output
-/// hooks, hence endpoints-check there.
-const JUMPS: [(&str, &str, &str); 6] = [
-    (ENDPOINTS_CHECK, "filter-input", "ct state new "),
-    (ENDPOINTS_CHECK, "filter-forward", "ct state new "),
-    (ENDPOINTS_CHECK, "filter-output", "ct state new "),
-    (SERVICES, "nat-output", ""),
-    (SERVICES, "nat-prerouting", ""),
-    (MASQUERADING, "nat-postrouting", ""),
-];
+pub use super::fixed::{fixed_objects, MAPS, TABLE};
+use super::fixed::{
+    is_set, mark_for_masquerade, setup, HAIRPIN, NO_ENDPOINT_NODEPORTS, NO_ENDPOINT_SERVICES,
+    REJECT_CHAIN, SERVICE_IPS, SERVICE_NODEPORTS,
+};
 
 /// Proxier settings the rules depend on.
 #[derive(Clone, Debug)]
@@ -215,7 +171,8 @@ impl Changes {
         }
         for m in &self.maps {
             if m.flush {
-                let _ = writeln!(s, "flush map ip {TABLE} {}", m.map);
+                let kind = if is_set(m.map) { "set" } else { "map" };
+                let _ = writeln!(s, "flush {kind} ip {TABLE} {}", m.map);
             }
             batched(
                 &mut s,
@@ -223,7 +180,14 @@ impl Changes {
                 m.map,
                 m.deletes.iter().map(|k| k.as_str()),
             );
-            let adds: Vec<String> = m.adds.iter().map(|(k, v)| format!("{k} : {v}")).collect();
+            let adds: Vec<String> = m
+                .adds
+                .iter()
+                .map(|(k, v)| match is_set(m.map) {
+                    true => k.clone(),
+                    false => format!("{k} : {v}"),
+                })
+                .collect();
             batched(&mut s, "add", m.map, adds.iter().map(|a| a.as_str()));
         }
         for c in &self.flush_chains {
@@ -453,120 +417,6 @@ fn batched<'a>(s: &mut String, verb: &str, map: &str, items: impl Iterator<Item 
     }
 }
 
-/// The fixed part of the table, rewritten every sync (upstream `setupNFTables`).
-fn setup(cfg: &Config, s: &mut String) {
-    let mark = format!("{:#08x}", cfg.masquerade_mark);
-    let _ = writeln!(
-        s,
-        "add table ip {TABLE} {{ comment \"rules for kube-proxy\" ; }}"
-    );
-    for (name, ty, hook, prio) in BASE_CHAINS {
-        let _ = writeln!(
-            s,
-            "add chain ip {TABLE} {name} {{ type {ty} hook {hook} priority {prio} ; }}"
-        );
-        let _ = writeln!(s, "flush chain ip {TABLE} {name}");
-    }
-    for c in [
-        ENDPOINTS_CHECK,
-        SERVICES,
-        MASQUERADING,
-        MARK_MASQ,
-        REJECT_CHAIN,
-    ] {
-        let _ = writeln!(s, "add chain ip {TABLE} {c}");
-        let _ = writeln!(s, "flush chain ip {TABLE} {c}");
-    }
-    for (to, from, m) in JUMPS {
-        let _ = writeln!(s, "add rule ip {TABLE} {from} {m}jump {to}");
-    }
-    let _ = writeln!(s, "add rule ip {TABLE} {MARK_MASQ} mark set mark or {mark}");
-    let _ = writeln!(
-        s,
-        "add rule ip {TABLE} {MASQUERADING} mark and {mark} == 0 return"
-    );
-    let _ = writeln!(
-        s,
-        "add rule ip {TABLE} {MASQUERADING} mark set mark xor {mark}"
-    );
-    let _ = writeln!(
-        s,
-        "add rule ip {TABLE} {MASQUERADING} masquerade fully-random"
-    );
-    let _ = writeln!(s, "add rule ip {TABLE} {REJECT_CHAIN} reject");
-
-    let _ = writeln!(
-        s,
-        "add set ip {TABLE} {NODEPORT_IPS} {{ type ipv4_addr ; comment \"IPs that accept NodePort traffic\" ; }}"
-    );
-    let nodeport_match = match &cfg.nodeport_ips {
-        None => {
-            // add+delete: delete alone fails when the set does not exist.
-            let _ = writeln!(s, "delete set ip {TABLE} {NODEPORT_IPS}");
-            "fib daddr type local ip daddr != 127.0.0.0/8".to_string()
-        }
-        Some(ips) => {
-            let _ = writeln!(s, "flush set ip {TABLE} {NODEPORT_IPS}");
-            let ips: Vec<String> = ips
-                .iter()
-                .filter(|ip| !ip.is_loopback())
-                .map(|ip| ip.to_string())
-                .collect();
-            if !ips.is_empty() {
-                let _ = writeln!(
-                    s,
-                    "add element ip {TABLE} {NODEPORT_IPS} {{ {} }}",
-                    ips.join(", ")
-                );
-            }
-            format!("ip daddr @{NODEPORT_IPS}")
-        }
-    };
-    for (m, k, c) in [
-        (
-            NO_ENDPOINT_SERVICES,
-            "ipv4_addr . inet_proto . inet_service",
-            "vmap to drop or reject packets to services with no endpoints",
-        ),
-        (
-            NO_ENDPOINT_NODEPORTS,
-            "inet_proto . inet_service",
-            "vmap to drop or reject packets to service nodeports with no endpoints",
-        ),
-        (
-            SERVICE_IPS,
-            "ipv4_addr . inet_proto . inet_service",
-            "ClusterIP, ExternalIP and LoadBalancer IP traffic",
-        ),
-        (
-            SERVICE_NODEPORTS,
-            "inet_proto . inet_service",
-            "NodePort traffic",
-        ),
-    ] {
-        let _ = writeln!(
-            s,
-            "add map ip {TABLE} {m} {{ type {k} : verdict ; comment \"{c}\" ; }}"
-        );
-    }
-    let _ = writeln!(
-        s,
-        "add rule ip {TABLE} {ENDPOINTS_CHECK} ip daddr . meta l4proto . th dport vmap @{NO_ENDPOINT_SERVICES}"
-    );
-    let _ = writeln!(
-        s,
-        "add rule ip {TABLE} {ENDPOINTS_CHECK} {nodeport_match} meta l4proto . th dport vmap @{NO_ENDPOINT_NODEPORTS}"
-    );
-    let _ = writeln!(
-        s,
-        "add rule ip {TABLE} {SERVICES} ip daddr . meta l4proto . th dport vmap @{SERVICE_IPS}"
-    );
-    let _ = writeln!(
-        s,
-        "add rule ip {TABLE} {SERVICES} {nodeport_match} meta l4proto . th dport vmap @{SERVICE_NODEPORTS}"
-    );
-}
-
 struct Gen<'a> {
     cfg: &'a Config,
     state: &'a mut TableState,
@@ -608,8 +458,13 @@ impl Gen<'_> {
         let c = categorize(eps, svc, &cfg.node_name, &cfg.node_labels);
         let proto = svc.name.protocol.lower();
         let n = &svc.names;
-        for ep in &c.all_reachable {
-            self.chain(&ep.names.nft_chain);
+        let masq = mark_for_masquerade(cfg);
+        // Endpoint chains only where affinity needs them (see `write_endpoint_rules`).
+        let sticky = svc.sticky_max_age_seconds.is_some();
+        if sticky {
+            for ep in &c.all_reachable {
+                self.chain(&ep.names.nft_chain);
+            }
         }
         let uses_cluster = !c.cluster.is_empty() && svc.uses_cluster_endpoints();
         if uses_cluster {
@@ -690,21 +545,18 @@ impl Gen<'_> {
         if has_internal {
             let dst = format!("ip daddr {} {proto} dport {}", svc.cluster_ip, svc.port);
             if cfg.masquerade_all {
-                self.rule(internal_chain, &format!("{dst} jump {MARK_MASQ}"));
+                self.rule(internal_chain, &format!("{dst} {masq}"));
             } else if let Some(cidr) = &cfg.cluster_cidr {
                 // Off-cluster traffic to a ClusterIP (a route to the service range via a node)
                 // may leave the node again: masquerade it so replies come back here.
-                self.rule(
-                    internal_chain,
-                    &format!("{dst} ip saddr != {cidr} jump {MARK_MASQ}"),
-                );
+                self.rule(internal_chain, &format!("{dst} ip saddr != {cidr} {masq}"));
             }
         }
         if uses_external {
             let ext = n.nft_external.clone();
             if !svc.external_policy_local {
                 // Cluster policy may pick an endpoint on another node: masquerade.
-                self.rule(&ext, &format!("jump {MARK_MASQ}"));
+                self.rule(&ext, &masq);
             } else {
                 if let Some(cidr) = &cfg.cluster_cidr {
                     // Pod traffic to an external address is subject to neither policy (as if it
@@ -712,7 +564,7 @@ impl Gen<'_> {
                     self.rule(&ext, &format!("ip saddr {cidr} goto {}", n.nft_cluster));
                 }
                 // Traffic from the node itself has a local source address: masquerade it.
-                self.rule(&ext, &format!("fib saddr type local jump {MARK_MASQ}"));
+                self.rule(&ext, &format!("fib saddr type local {masq}"));
                 self.rule(
                     &ext,
                     &format!("fib saddr type local goto {}", n.nft_cluster),
@@ -738,17 +590,23 @@ impl Gen<'_> {
         if uses_local {
             self.write_endpoint_rules(svc, &n.nft_local, &c.local);
         }
+        if !sticky {
+            // Endpoints are DNAT rules of the Service's chains (see `write_endpoint_rules`);
+            // the hairpin mark is `masquerading`'s, from this set.
+            for ep in &c.all_reachable {
+                self.element(HAIRPIN, format!("{0} . {0}", ep.ip), String::new());
+            }
+            return;
+        }
         for ep in &c.all_reachable {
             let chain = &ep.names.nft_chain;
             // Hairpin: a pod reaching itself through the Service must see a source other than
             // its own address, or it would answer itself directly.
-            self.rule(chain, &format!("ip saddr {} jump {MARK_MASQ}", ep.ip));
-            if svc.sticky_max_age_seconds.is_some() {
-                self.rule(
-                    chain,
-                    &format!("update @{} {{ ip saddr }}", ep.names.nft_affinity_set),
-                );
-            }
+            self.rule(chain, &format!("ip saddr {} {masq}", ep.ip));
+            self.rule(
+                chain,
+                &format!("update @{} {{ ip saddr }}", ep.names.nft_affinity_set),
+            );
             self.rule(
                 chain,
                 &format!("meta l4proto {proto} dnat to {}", ep.addr()),
@@ -757,8 +615,19 @@ impl Gen<'_> {
     }
 
     /// Upstream `writeServiceToEndpointRules`: affinity first, then a random pick.
+    ///
+    /// Differs from upstream: without session affinity there are no endpoint chains; each
+    /// endpoint is one DNAT rule here. A commit that adds a rule with a verdict, a NAT or a
+    /// lookup makes the kernel check the whole table for loops from every base chain (kernel
+    /// 6.18, `nft_table_validate`), visiting each chain once per path that reaches it: with an
+    /// endpoint chain per endpoint (and upstream's jump to `mark-for-masquerade` in each), that
+    /// walk was ~55 ms of a one-endpoint change at 10,000 Services x 5; without them it is
+    /// ~10 ms (docs/benchmarks.md). Affinity needs a chain per endpoint (its `update` of the
+    /// endpoint's set must follow the pick), so sticky Services keep upstream's layout.
     fn write_endpoint_rules(&mut self, svc: &ServicePort, chain: &str, eps: &[&Endpoint]) {
-        if svc.sticky_max_age_seconds.is_some() {
+        let proto = svc.name.protocol.lower();
+        let sticky = svc.sticky_max_age_seconds.is_some();
+        if sticky {
             for ep in eps {
                 let r = format!(
                     "ip saddr @{} goto {}",
@@ -774,14 +643,15 @@ impl Gen<'_> {
         // last one always (as the iptables mode's statistic rules do).
         let n = eps.len();
         for (i, ep) in eps.iter().enumerate() {
-            let r = if i + 1 < n {
-                format!(
-                    "numgen random mod {} == 0 goto {}",
-                    n - i,
-                    ep.names.nft_chain
-                )
+            let pick = if i + 1 < n {
+                format!("numgen random mod {} == 0 ", n - i)
             } else {
-                format!("goto {}", ep.names.nft_chain)
+                String::new()
+            };
+            let r = if sticky {
+                format!("{pick}goto {}", ep.names.nft_chain)
+            } else {
+                format!("{pick}meta l4proto {proto} dnat to {}", ep.addr())
             };
             self.rule(chain, &r);
         }

@@ -38,16 +38,23 @@ fn cluster_ip_spreads_over_endpoints() {
     );
     let lb = lines_with(s, &format!("add rule ip kube-proxy {} ", names.nft_cluster));
     assert_eq!(lb.len(), 4, "{lb:?}");
-    assert!(lb[1].contains("numgen random mod 3 == 0 goto endpoint-"));
-    assert!(lb[2].contains("numgen random mod 2 == 0 goto endpoint-"));
-    assert!(lb[3].contains(" goto endpoint-") && !lb[3].contains("numgen"));
+    // Without affinity, each endpoint is a DNAT rule of the Service's chain (no endpoint chains).
+    assert!(lb[1].contains("numgen random mod 3 == 0 meta l4proto tcp dnat to 10.244."));
+    assert!(lb[2].contains("numgen random mod 2 == 0 meta l4proto tcp dnat to 10.244."));
+    assert!(lb[3].contains(" meta l4proto tcp dnat to 10.244.") && !lb[3].contains("numgen"));
     assert_eq!(lines_with(s, "dnat to 10.244.").len(), 3);
     assert!(s.contains("meta l4proto tcp dnat to 10.244.2.1:8080"));
-    // Off-cluster clients are masqueraded; hairpin traffic of each endpoint too.
+    assert!(!s.contains("add chain ip kube-proxy endpoint-"), "{s}");
+    // Off-cluster clients are masqueraded (the mark is set inline, not by a jump); hairpin
+    // traffic of each endpoint too, through the hairpin set.
     assert!(s.contains(
-        "ip daddr 10.96.0.50 tcp dport 80 ip saddr != 10.244.0.0/16 jump mark-for-masquerade"
+        "ip daddr 10.96.0.50 tcp dport 80 ip saddr != 10.244.0.0/16 mark set mark or 0x004000"
     ));
-    assert!(s.contains("ip saddr 10.244.3.1 jump mark-for-masquerade"));
+    assert!(!s.contains("jump mark-for-masquerade"));
+    assert!(s.contains("add element ip kube-proxy hairpin-endpoints { 10.244.1.1 . 10.244.1.1, 10.244.2.1 . 10.244.2.1, 10.244.3.1 . 10.244.3.1 }"), "{s}");
+    assert!(s.contains(
+        "masquerading ct status dnat ip saddr . ip daddr @hairpin-endpoints mark set mark or 0x004000"
+    ));
     assert!(s.contains("add rule ip kube-proxy masquerading masquerade fully-random"));
     assert!(s.contains("mark set mark or 0x004000"));
     // Chains are created before rules refer to them.
@@ -58,8 +65,8 @@ fn cluster_ip_spreads_over_endpoints() {
         .find(&format!("add rule ip kube-proxy {}", names.nft_cluster))
         .unwrap();
     assert!(chain_at < rule_at);
-    assert_eq!(p.state.chains.len(), 4);
-    assert_eq!(p.rules_total, 1 + 3 + 3 * 2);
+    assert_eq!(p.state.chains.len(), 1);
+    assert_eq!(p.rules_total, 1 + 3);
 }
 
 #[test]
@@ -100,7 +107,7 @@ fn nodeport_external_ips_and_load_balancer() {
     assert!(s.contains(&format!("192.0.2.10 . tcp . 80 : goto {ext}")));
     assert!(s.contains(&format!("198.51.100.7 . tcp . 80 : goto {ext}")));
     assert!(s.contains(&format!(
-        "add rule ip kube-proxy {ext} jump mark-for-masquerade"
+        "add rule ip kube-proxy {ext} mark set mark or 0x004000"
     )));
     assert!(s.contains("fib daddr type local ip daddr != 127.0.0.0/8 meta l4proto . th dport vmap @service-nodeports"));
     // --nodeport-addresses: only those addresses.
@@ -134,8 +141,16 @@ fn session_affinity_uses_timed_sets() {
     assert_eq!(lines_with(s, "update @affinity-").len(), 3);
     let checks = lines_with(s, "ip saddr @affinity-");
     assert_eq!(checks.len(), 3);
-    // Affinity is checked before the random pick.
+    // Affinity is checked before the random pick; sticky Services keep upstream's endpoint
+    // chains, with their own hairpin rule.
     assert!(s.find(checks[2]).unwrap() < s.find("numgen random mod 3 == 0").unwrap());
+    assert!(s.contains("numgen random mod 3 == 0 goto endpoint-"));
+    assert_eq!(
+        lines_with(s, "ip saddr 10.244.3.1 mark set mark or 0x004000").len(),
+        1
+    );
+    assert!(!s.contains("add element ip kube-proxy hairpin-endpoints"));
+    assert_eq!(p.state.chains.len(), 4);
     assert_eq!(p.state.affinity_sets.len(), 3);
 }
 
@@ -156,14 +171,17 @@ fn external_traffic_policy_local() {
         "{s}"
     );
     assert!(s.contains(&format!(
-        "{} fib saddr type local jump mark-for-masquerade",
+        "{} fib saddr type local mark set mark or 0x004000",
         n.nft_external
     )));
     assert!(s.contains(&format!("{} goto {}", n.nft_external, n.nft_local)));
     // Only node-a's endpoint in the local chain.
     let local: Vec<&str> = lines_with(&s, &format!("add rule ip kube-proxy {} ", n.nft_local));
     assert_eq!(local.len(), 1, "{local:?}");
-    assert!(local[0].contains("goto endpoint-") && !local[0].contains("numgen"));
+    assert!(
+        local[0].contains("meta l4proto tcp dnat to 10.244.1.1:8080")
+            && !local[0].contains("numgen")
+    );
     // Another node without local endpoints drops external traffic but serves the ClusterIP.
     let mut cfg = config();
     cfg.node_name = "node-z".into();
@@ -257,15 +275,18 @@ fn partial_sync_rewrites_only_changed_services() {
         !s.contains("ns/other/"),
         "unchanged service rewritten:\n{s}"
     );
-    assert!(s.contains("numgen random mod 2 == 0 goto"));
+    assert!(s.contains("numgen random mod 2 == 0 meta l4proto tcp dnat to"));
     assert!(!s.contains("numgen random mod 3"));
     assert!(!s.contains("add element"), "maps did not change:\n{s}");
     assert!(!s.contains("flush map"));
-    assert_eq!(p.stale_chains.len(), 1);
-    assert!(p.stale_chains[0].contains("__10.244.3.1/8080"));
-    assert!(s.contains(&format!("flush chain ip kube-proxy {}", p.stale_chains[0])));
-    assert_eq!(p.rules_written, 1 + 2 + 2 * 2);
-    assert_eq!(p.rules_total, (1 + 3 + 3 * 2) + (1 + 2 + 2 * 2));
+    // 10.244.3.1 still serves `other`: its hairpin element stays.
+    assert!(
+        !s.contains("element ip kube-proxy hairpin-endpoints"),
+        "{s}"
+    );
+    assert!(p.stale_chains.is_empty(), "{:?}", p.stale_chains);
+    assert_eq!(p.rules_written, 1 + 2);
+    assert_eq!(p.rules_total, (1 + 3) + (1 + 2));
     // The Service is deleted: its element goes, its chains become stale.
     f.delete_service(&web());
     let updated = f.apply();
@@ -284,7 +305,26 @@ fn partial_sync_rewrites_only_changed_services() {
         "{}",
         q.script
     );
-    assert_eq!(q.stale_chains.len(), 3);
+    assert_eq!(q.stale_chains.len(), 1);
+    // Both Services gone: the hairpin elements of their endpoints go too.
+    f.delete_service(&svc("ns", "other", "10.96.0.51", &[("http", 80, "TCP")]));
+    let updated = f.apply();
+    let r = generate(
+        &cfg,
+        &f.services,
+        &f.endpoints,
+        false,
+        &updated,
+        &q.state,
+        &HashSet::new(),
+    );
+    assert!(
+        r.script.contains(
+            "delete element ip kube-proxy hairpin-endpoints { 10.244.1.1 . 10.244.1.1, 10.244.2.1 . 10.244.2.1, 10.244.3.1 . 10.244.3.1 }"
+        ),
+        "{}",
+        r.script
+    );
 }
 
 #[test]
@@ -305,7 +345,10 @@ fn full_sync_cleans_chains_found_in_the_kernel() {
         vec!["service-AAAAAAAA-gone/svc/tcp/".to_string()]
     );
     for m in MAPS {
-        assert!(p.script.contains(&format!("flush map ip kube-proxy {m}")));
+        let kind = if is_set(m) { "set" } else { "map" };
+        assert!(p
+            .script
+            .contains(&format!("flush {kind} ip kube-proxy {m}")));
     }
 }
 
@@ -513,5 +556,5 @@ fn a_partial_sync_without_changes_writes_nothing() {
         .maps
         .iter()
         .all(|m| m.adds.is_empty() && m.deletes.is_empty()));
-    assert_eq!(d.rules_total, 1 + 3 + 3 * 2);
+    assert_eq!(d.rules_total, 1 + 3);
 }

@@ -21,6 +21,7 @@ const REG_2: u32 = 2;
 // `enum nft_payload_bases`.
 const PAYLOAD_NETWORK: u32 = 1;
 const PAYLOAD_TRANSPORT: u32 = 2;
+const META_MARK: u32 = 3;
 const META_L4PROTO: u32 = 16;
 const CMP_EQ: u32 = 0;
 const CMP_NEQ: u32 = 1;
@@ -103,6 +104,10 @@ pub enum Expr {
     },
     /// Load into register 1.
     Meta {
+        key: u32,
+    },
+    /// Set from register 1.
+    MetaSet {
         key: u32,
     },
     /// Compare register 1.
@@ -261,6 +266,18 @@ pub fn parse_rule(rule: &str) -> Result<Vec<Expr>, Unsupported> {
                 proto = Some(p);
                 i += 3;
             }
+            ["mark", "set", "mark", "or", bits, ..] => {
+                // The packet mark is a host-order integer.
+                let bits = bits.strip_prefix("0x").ok_or_else(bad)?;
+                let bits = u32::from_str_radix(bits, 16).map_err(|_| bad())?;
+                out.push(Expr::Meta { key: META_MARK });
+                out.push(Expr::Bitwise {
+                    mask: (!bits).to_ne_bytes().to_vec(),
+                    xor: bits.to_ne_bytes().to_vec(),
+                });
+                out.push(Expr::MetaSet { key: META_MARK });
+                i += 5;
+            }
             ["fib", "saddr", "type", "local", ..] => {
                 out.push(Expr::FibSaddrType);
                 out.push(Expr::Cmp {
@@ -341,7 +358,7 @@ impl Expr {
     fn name(&self) -> &'static str {
         match self {
             Expr::Payload { .. } => "payload",
-            Expr::Meta { .. } => "meta",
+            Expr::Meta { .. } | Expr::MetaSet { .. } => "meta",
             Expr::Cmp { .. } => "cmp",
             Expr::Bitwise { .. } => "bitwise",
             Expr::FibSaddrType => "fib",
@@ -365,6 +382,10 @@ impl Expr {
             Expr::Meta { key } => {
                 a.u32(2, *key); // NFTA_META_KEY
                 a.u32(1, REG_1); // NFTA_META_DREG
+            }
+            Expr::MetaSet { key } => {
+                a.u32(2, *key); // NFTA_META_KEY
+                a.u32(3, REG_1); // NFTA_META_SREG
             }
             Expr::Cmp { op, data } => {
                 a.u32(1, REG_1); // NFTA_CMP_SREG
@@ -501,6 +522,22 @@ mod tests {
         );
         assert_eq!(parse_rule("ip saddr @affinity-a goto e").unwrap().len(), 3);
         assert_eq!(parse_rule("fib saddr type local goto e").unwrap().len(), 3);
+        let e = parse_rule("ip saddr 10.1.2.3 mark set mark or 0x004000").unwrap();
+        assert_eq!(e.len(), 5);
+        assert_eq!(
+            e[3],
+            Expr::Bitwise {
+                mask: (!0x4000u32).to_ne_bytes().to_vec(),
+                xor: 0x4000u32.to_ne_bytes().to_vec()
+            }
+        );
+        assert_eq!(e[4], Expr::MetaSet { key: META_MARK });
+        assert_eq!(
+            parse_rule("numgen random mod 3 == 0 meta l4proto tcp dnat to 10.1.2.3:80")
+                .unwrap()
+                .len(),
+            7
+        );
     }
 
     #[test]
@@ -513,6 +550,8 @@ mod tests {
             "goto x drop",
             "dnat to 10.0.0.1:80",
             "numgen random mod 0 == 0 goto x",
+            "mark set mark or 4000",
+            "mark set mark or 0xzz",
             "tcp dport 99999 drop",
             "",
         ] {

@@ -20,6 +20,7 @@ pub mod socket;
 use std::collections::HashMap;
 use std::io;
 
+use super::fixed::is_set;
 use super::rules::Changes;
 use expr::{Unsupported, Verdict};
 use message::{Batch, Sent, TooLong};
@@ -77,18 +78,32 @@ pub fn batch(changes: &Changes, first_seq: u32) -> Result<Batch<'_>, NetlinkErro
         if m.flush {
             objects::flush_map(&mut b, m.map);
         }
+        // Set keys are address pairs (the hairpin set), map keys Service addresses and ports.
+        let key = |k: &str| match is_set(m.map) {
+            true => objects::address_pair(k),
+            false => objects::map_key(k),
+        };
         let dels = m
             .deletes
             .iter()
-            .map(|k| objects::map_key(k))
+            .map(|k| key(k))
             .collect::<Result<Vec<_>, _>>()?;
         objects::delete_map_elements(&mut b, m.map, &dels);
+        if is_set(m.map) {
+            let adds = m
+                .adds
+                .iter()
+                .map(|(k, _)| key(k))
+                .collect::<Result<Vec<_>, _>>()?;
+            objects::add_set_elements(&mut b, m.map, &adds);
+            continue;
+        }
         let adds = m
             .adds
             .iter()
             .map(|(k, v)| {
                 let words: Vec<&str> = v.split_whitespace().collect();
-                Ok((objects::map_key(k)?, Verdict::parse(&words)?))
+                Ok((key(k)?, Verdict::parse(&words)?))
             })
             .collect::<Result<Vec<_>, Unsupported>>()?;
         objects::add_map_elements(&mut b, m.map, &adds);

@@ -123,7 +123,7 @@ pub fn delete_set<'a>(b: &mut Batch<'a>, name: &'a str) {
     });
 }
 
-/// `flush map`: an element deletion without elements.
+/// `flush map` (or `flush set`): an element deletion without elements.
 pub fn flush_map<'a>(b: &mut Batch<'a>, map: &'a str) {
     b.msg(msg::DELSETELEM, 0, What::new("flush map", map), |a| {
         table(a, ELEM_LIST_TABLE);
@@ -158,6 +158,30 @@ pub fn map_key(key: &str) -> Result<Vec<u8>, Unsupported> {
     Ok(out)
 }
 
+/// A key of the hairpin set: `ADDR . ADDR`, each address in a 4-byte register.
+pub fn address_pair(key: &str) -> Result<Vec<u8>, Unsupported> {
+    let bad = || Unsupported(key.to_string());
+    let mut out = Vec::with_capacity(8);
+    let parts: Vec<&str> = key.split(" . ").map(str::trim).collect();
+    let [a, b] = parts.as_slice() else {
+        return Err(bad());
+    };
+    for p in [a, b] {
+        out.extend_from_slice(&p.parse::<Ipv4Addr>().map_err(|_| bad())?.octets());
+    }
+    Ok(out)
+}
+
+/// `add element` to a set (no data).
+pub fn add_set_elements<'a>(b: &mut Batch<'a>, set: &'a str, keys: &[Vec<u8>]) {
+    for chunk in keys.chunks(ELEMENTS_PER_MESSAGE) {
+        let what = What::new("add elements to", set);
+        b.msg(msg::NEWSETELEM, NLM_F_CREATE, what, |a| {
+            elements_attrs(a, set, chunk.iter().map(|k| (k, None)));
+        });
+    }
+}
+
 /// `add element` to a verdict map.
 pub fn add_map_elements<'a>(b: &mut Batch<'a>, map: &'a str, elements: &[(Vec<u8>, Verdict)]) {
     for chunk in elements.chunks(ELEMENTS_PER_MESSAGE) {
@@ -168,7 +192,7 @@ pub fn add_map_elements<'a>(b: &mut Batch<'a>, map: &'a str, elements: &[(Vec<u8
     }
 }
 
-/// `delete element` from a verdict map.
+/// `delete element` from a verdict map or a set.
 pub fn delete_map_elements<'a>(b: &mut Batch<'a>, map: &'a str, keys: &[Vec<u8>]) {
     for chunk in keys.chunks(ELEMENTS_PER_MESSAGE) {
         let what = What::new("delete elements of", map);
@@ -211,6 +235,12 @@ mod tests {
             map_key("udp . 30080").unwrap(),
             vec![17, 0, 0, 0, 0x75, 0x80, 0, 0]
         );
+        assert_eq!(
+            address_pair("10.0.0.1 . 10.0.0.2").unwrap(),
+            vec![10, 0, 0, 1, 10, 0, 0, 2]
+        );
+        assert!(address_pair("10.0.0.1").is_err());
+        assert!(address_pair("10.0.0.1 . tcp").is_err());
         for bad in [
             "10.96.0.50 . tcp",
             "icmp . 1",

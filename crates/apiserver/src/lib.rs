@@ -462,6 +462,14 @@ pub async fn start_member(
     if !caches.wait_for(current, Duration::from_secs(60)).await {
         return Err("the watch cache did not load within 60 s".into());
     }
+    // History compacted before this server started (by another server, an operator, `rkube
+    // migrate`) is refused at once: without this the caches knew of no compaction until a round of
+    // this server's compactor reported one, and a watch from before it was opened on the store to
+    // get its 410 from there.
+    match store.compacted_to().await {
+        Ok(revision) => caches.set_compacted(revision),
+        Err(e) => tracing::warn!(error = %e, "cannot read the store's compacted revision"),
+    }
     authz::start(&api);
     authz::node::start(&api);
     bootstrap::ensure_defaults(&api).await?;
@@ -475,7 +483,11 @@ pub async fn start_member(
     tokio::spawn(resource_metrics::scraper::run(api.clone()));
     tokio::spawn(flowcontrol::run(api.clone()));
     tokio::spawn(admission::policy::typecheck::run(api.clone()));
-    let compactor = {
+    let compactor = if config.compaction_interval.is_zero() {
+        // Upstream's `--etcd-compaction-interval=0`: this server never compacts (another server,
+        // or etcd's own auto-compaction, does).
+        tokio::spawn(async {})
+    } else {
         let caches = caches.clone();
         storage::compaction::spawn_auto_compaction_with(
             store.clone(),

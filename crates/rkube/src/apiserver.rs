@@ -123,7 +123,8 @@ pub struct ApiServerFlags {
     /// Ports NodePort Services get, `low-high` (both included).
     #[arg(long, default_value = "30000-32767", value_parser = parse_port_range)]
     pub service_node_port_range: (u16, u16),
-    /// How often history older than one interval is compacted.
+    /// How often history older than one interval is compacted (0: never by this server, as
+    /// upstream's `--etcd-compaction-interval=0`).
     #[arg(long, default_value = "5m", value_parser = parse_duration)]
     pub compaction_interval: Duration,
     /// How often watches that allow them get a BOOKMARK.

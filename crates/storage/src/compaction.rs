@@ -29,11 +29,16 @@ pub fn spawn_auto_compaction_with(
     on_compacted: impl Fn(crate::Revision) + Send + 'static,
 ) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        let mut ticker = tokio::time::interval(interval);
+        // The first round is one interval after the start, as upstream's: it only records the
+        // revision the second one compacts to. A round at once would write `compact_rev_key`
+        // (outside the watched prefix) as the server starts, moving etcd's revision past its
+        // caches' where etcd cannot report progress (before 3.4.31): a consistent LIST read from
+        // etcd then names a revision a watch cannot start from for seconds. What was compacted
+        // before the start is learnt from the store instead ([`Store::compacted_to`]).
+        let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + interval, interval);
         ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut state = crate::CompactionState::default();
         loop {
-            // The first tick is at once: it records the revision the second one compacts to.
             ticker.tick().await;
             match store.compact_round(state).await {
                 Ok(round) => {

@@ -78,7 +78,6 @@ fn try_start() -> Result<Result<EtcdProcess, String>, String> {
     let log_path = dir.path().join("etcd.log");
     let log =
         std::fs::File::create(&log_path).map_err(|e| format!("cannot create etcd's log: {e}"))?;
-    let log_err = log.try_clone().map_err(|e| e.to_string())?;
 
     // Hold both listeners at once so the two ports differ, then release them for etcd.
     let (client_port, peer_port) = {
@@ -93,45 +92,19 @@ fn try_start() -> Result<Result<EtcdProcess, String>, String> {
     let client_url = format!("http://127.0.0.1:{client_port}");
     let peer_url = format!("http://127.0.0.1:{peer_port}");
 
-    let mut command = Command::new("etcd");
-    // Stray ETCD_* variables would override or conflict with our flags.
-    for (name, _) in std::env::vars_os() {
-        if name.to_string_lossy().starts_with("ETCD_") {
-            command.env_remove(name);
-        }
-    }
-    if std::env::consts::ARCH == "aarch64" {
-        // etcd 3.4 refuses to start on arm64 without this.
-        command.env("ETCD_UNSUPPORTED_ARCH", "arm64");
-    }
-    command
-        .arg("--name=rkube-local")
-        .arg(format!("--data-dir={}", data_dir.display()))
-        .arg(format!("--listen-client-urls={client_url}"))
-        .arg(format!("--advertise-client-urls={client_url}"))
-        .arg(format!("--listen-peer-urls={peer_url}"))
-        .arg(format!("--initial-advertise-peer-urls={peer_url}"))
-        .arg(format!("--initial-cluster=rkube-local={peer_url}"))
-        .arg("--initial-cluster-state=new")
-        // A lone member need not wait the default 1-2 s before electing itself.
-        .arg("--heartbeat-interval=50")
-        .arg("--election-timeout=250")
-        .arg("--logger=zap")
-        .arg("--log-outputs=stderr")
-        .stdin(Stdio::null())
-        .stdout(log)
-        .stderr(log_err);
-    let child = match command.spawn() {
-        Ok(child) => child,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            return Err(
-                "the `etcd` binary is not on PATH; scripts/test.sh installs it \
-                        (Debian package etcd-server)"
-                    .into(),
-            )
-        }
-        Err(e) => return Err(format!("cannot start etcd: {e}")),
+    let member = MemberSpec {
+        name: "rkube-local",
+        data_dir: &data_dir,
+        client_url: &client_url,
+        peer_url: &peer_url,
+        initial_cluster: &format!("rkube-local={peer_url}"),
     };
+    // A lone member need not wait the default 1-2 s before electing itself.
+    let child = spawn_member(
+        &member,
+        &["--heartbeat-interval=50", "--election-timeout=250"],
+        log,
+    )?;
     let mut server = EtcdProcess {
         endpoint: client_url,
         child,
@@ -164,6 +137,58 @@ fn try_start() -> Result<Result<EtcdProcess, String>, String> {
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+/// What one etcd member is called and where it listens.
+struct MemberSpec<'a> {
+    name: &'a str,
+    data_dir: &'a Path,
+    client_url: &'a str,
+    peer_url: &'a str,
+    /// etcd's `--initial-cluster`: `name=peer-url,...` of every member.
+    initial_cluster: &'a str,
+}
+
+/// Starts one etcd member (the single server and each cluster member alike) with its output in
+/// `log`, plus `extra` flags.
+fn spawn_member(m: &MemberSpec, extra: &[&str], log: std::fs::File) -> Result<Child, String> {
+    let log_err = log.try_clone().map_err(|e| e.to_string())?;
+    let mut command = Command::new("etcd");
+    // Stray ETCD_* variables would override or conflict with our flags.
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("ETCD_") {
+            command.env_remove(name);
+        }
+    }
+    if std::env::consts::ARCH == "aarch64" {
+        // etcd 3.4 refuses to start on arm64 without this.
+        command.env("ETCD_UNSUPPORTED_ARCH", "arm64");
+    }
+    command
+        .arg(format!("--name={}", m.name))
+        .arg(format!("--data-dir={}", m.data_dir.display()))
+        .arg(format!("--listen-client-urls={}", m.client_url))
+        .arg(format!("--advertise-client-urls={}", m.client_url))
+        .arg(format!("--listen-peer-urls={}", m.peer_url))
+        .arg(format!("--initial-advertise-peer-urls={}", m.peer_url))
+        .arg(format!("--initial-cluster={}", m.initial_cluster))
+        // Ignored by a member restarted on its data directory, as in production.
+        .arg("--initial-cluster-state=new")
+        .arg("--logger=zap")
+        .arg("--log-outputs=stderr")
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(log)
+        .stderr(log_err);
+    command.spawn().map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            "the `etcd` binary is not on PATH; scripts/test.sh installs it \
+             (Debian package etcd-server)"
+                .to_string()
+        } else {
+            format!("cannot start etcd: {e}")
+        }
+    })
 }
 
 /// A minimal HTTP/1.0 GET (no client dependency): the response body.
@@ -295,37 +320,18 @@ impl EtcdCluster {
             .append(true)
             .open(&m.log_path)
             .map_err(|e| format!("cannot open etcd's log: {e}"))?;
-        let log_err = log.try_clone().map_err(|e| e.to_string())?;
-        let mut command = Command::new("etcd");
-        for (name, _) in std::env::vars_os() {
-            if name.to_string_lossy().starts_with("ETCD_") {
-                command.env_remove(name);
-            }
-        }
-        if std::env::consts::ARCH == "aarch64" {
-            command.env("ETCD_UNSUPPORTED_ARCH", "arm64");
-        }
-        command
-            .arg(format!("--name={}", m.name))
-            .arg(format!("--data-dir={}", m.data_dir.display()))
-            .arg(format!("--listen-client-urls={}", m.client_url))
-            .arg(format!("--advertise-client-urls={}", m.client_url))
-            .arg(format!("--listen-peer-urls={}", m.peer_url))
-            .arg(format!("--initial-advertise-peer-urls={}", m.peer_url))
-            .arg(format!("--initial-cluster={initial_cluster}"))
-            // Ignored by a member restarted on its data directory, as in production.
-            .arg("--initial-cluster-state=new")
-            .arg("--initial-cluster-token=rkube-test")
-            .arg("--logger=zap")
-            .arg("--log-outputs=stderr")
-            .stdin(Stdio::null())
-            .stdout(log)
-            .stderr(log_err);
-        m.child = Some(
-            command
-                .spawn()
-                .map_err(|e| format!("cannot start etcd (Debian package etcd-server): {e}"))?,
-        );
+        let spec = MemberSpec {
+            name: &m.name,
+            data_dir: &m.data_dir,
+            client_url: &m.client_url,
+            peer_url: &m.peer_url,
+            initial_cluster: &initial_cluster,
+        };
+        m.child = Some(spawn_member(
+            &spec,
+            &["--initial-cluster-token=rkube-test"],
+            log,
+        )?);
         Ok(())
     }
 

@@ -227,6 +227,14 @@ pub trait Store: Send + Sync + 'static {
     /// with [`Error::Compacted`]. The current value of every key is kept.
     async fn compact(&self, revision: Revision) -> Result<()>;
 
+    /// The revision history was last compacted to (0 when never): reads at and watches from older
+    /// revisions fail with [`Error::Compacted`]. A server starting on the store learns it, to answer
+    /// such resourceVersions with 410 before asking the store (whoever compacted: another server, an
+    /// operator, `rkube migrate`).
+    async fn compacted_to(&self) -> Result<Revision> {
+        Ok(0)
+    }
+
     /// One round of the periodic compactor ([`crate::compaction`]): compacts to `state.revision` (the
     /// revision read one round earlier) unless it is 0, and returns the state for the next round. The
     /// default compacts locally every round. A store shared by several servers (etcd) lets only one of

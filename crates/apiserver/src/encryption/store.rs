@@ -247,6 +247,10 @@ impl Store for EncryptingStore {
         self.inner.compact(revision).await
     }
 
+    async fn compacted_to(&self) -> Result<storage::Revision> {
+        self.inner.compacted_to().await
+    }
+
     // The backend's own rounds: on etcd they are coordinated with the other servers.
     async fn compact_round(
         &self,

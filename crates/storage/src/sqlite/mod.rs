@@ -334,6 +334,10 @@ impl Store for SqliteStore {
         Ok(self.inner.shared.revision.load(Ordering::Acquire))
     }
 
+    async fn compacted_to(&self) -> Result<Revision> {
+        Ok(self.inner.shared.compacted.load(Ordering::Acquire))
+    }
+
     async fn compact(&self, revision: Revision) -> Result<()> {
         self.write(WriteOp::Compact { revision }).await.map(|_| ())
     }

@@ -44,6 +44,7 @@ macro_rules! conformance_suite {
             watch_cases::watch_from_now_sees_only_new_events,
             watch_cases::compaction_fails_old_revisions_and_keeps_current_state,
             watch_cases::progress_reports_revisions_moved_elsewhere,
+            watch_cases::compacted_revision_is_known_after_reopening,
         );
     };
     (@cases $make:expr; $($module:ident :: $case:ident),* $(,)?) => {

@@ -356,3 +356,21 @@ pub async fn progress_reports_revisions_moved_elsewhere(b: &mut impl Backend) {
         }
     }
 }
+
+/// A store reports the revision it was compacted to, to a reader that opened it after the
+/// compaction too (an API server starting after another one, or an operator, compacted it).
+pub async fn compacted_revision_is_known_after_reopening(b: &mut impl Backend) {
+    let s = b.open().await;
+    assert_eq!(s.compacted_to().await.unwrap(), 0, "nothing compacted yet");
+    for i in 0..4 {
+        s.create(&format!("/r/{i}"), bytes("v")).await.unwrap();
+    }
+    let at = s.current_revision().await.unwrap();
+    s.update("/r/0", bytes("w"), None).await.unwrap();
+    s.compact(at).await.unwrap();
+    assert_eq!(s.compacted_to().await.unwrap(), at);
+    let s = b.reopen(s).await;
+    assert_eq!(s.compacted_to().await.unwrap(), at);
+    // What it reports is what a watch from just before it is refused with.
+    expect_compacted(&s, "/r/", at - 2).await;
+}

@@ -11,12 +11,8 @@
 //! 1,000 Services created concurrently through the three servers get 1,000 distinct ClusterIPs
 //! (issue 22's second item). Recovery times are printed (docs/benchmarks.md).
 
-use std::collections::{HashMap, HashSet};
-use std::io::{BufRead, BufReader};
+use std::collections::HashSet;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use client::loadbalancer::{readyz_check, LoadBalancer, Options};
@@ -24,57 +20,20 @@ use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod, Service};
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
+use kube::api::{Api, ListParams, PostParams};
 use storage::etcd_process::EtcdProcess;
 
-const DEADLINE: Duration = Duration::from_secs(60);
+#[path = "support/ha.rs"]
+mod ha;
+
+use ha::{rkube_cmd, share_pki, spawn, wait_for, Load, Proc};
+
 /// The controller manager's and scheduler's lease duration (upstream's default 15 s): writes must
 /// be served again within it.
 const LEASE_DURATION: Duration = Duration::from_secs(15);
 
-/// A child process killed when dropped.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn rkube(args: &[&str]) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rkube"));
-    cmd.args(args)
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    cmd
-}
-
-/// Starts a process whose stderr goes to the test's, tagged with `name`; with `ready`, waits for a
-/// line starting with it and returns the rest of that line.
-fn spawn(name: &'static str, mut cmd: Command, ready: Option<&'static str>) -> (Proc, String) {
-    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("start {name}: {e}"));
-    let stderr = child.stderr.take().expect("stderr");
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if let Some(rest) = ready.and_then(|r| line.strip_prefix(r)) {
-                let _ = tx.send(rest.to_string());
-            }
-            eprintln!("[{name}] {line}");
-        }
-    });
-    let mut proc = Proc(child);
-    let line = match ready {
-        Some(_) => rx.recv_timeout(DEADLINE).unwrap_or_else(|_| {
-            let status = proc.0.try_wait();
-            panic!("{name} did not start within {DEADLINE:?} ({status:?})")
-        }),
-        None => String::new(),
-    };
-    (proc, line)
+fn rkube(args: &[&str]) -> std::process::Command {
+    rkube_cmd(args, "warn")
 }
 
 /// An `rkube apiserver` on `bind`:`port` advertising `advertise`; returns it and its port.
@@ -100,7 +59,7 @@ fn apiserver(
         "--advertise-address",
         advertise,
     ]);
-    let (proc, line) = spawn(name, cmd, Some("rkube: serving on https://"));
+    let (proc, line) = spawn(name, cmd, Some("rkube: serving on https://"), |_, _| {});
     let addr = line.split(' ').next().unwrap_or_default();
     let port = addr
         .rsplit(':')
@@ -110,166 +69,12 @@ fn apiserver(
     (proc, port)
 }
 
-/// Copies the first server's CA, keys and admin credentials (kubeadm's shared certificates).
-fn share_pki(from: &Path, to: &Path) {
-    let (src, dst) = (from.join("pki"), to.join("pki"));
-    std::fs::create_dir_all(&dst).expect("pki dir");
-    for entry in std::fs::read_dir(&src).expect("read pki") {
-        let path = entry.expect("entry").path();
-        let name = path.file_name().expect("name").to_owned();
-        std::fs::copy(&path, dst.join(name)).expect("copy pki file");
-    }
-}
-
-/// Polls `check` every 100 ms until it returns `Some`, failing after [`DEADLINE`].
-async fn wait_for<T, F, Fut>(what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + DEADLINE;
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "{what}: not within {DEADLINE:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-fn signal(proc: &Proc, sig: &str) {
-    let status = Command::new("kill")
-        .args([sig, &proc.0.id().to_string()])
-        .status()
-        .expect("kill");
-    assert!(status.success(), "kill {sig}");
-}
-
-fn rv(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> u64 {
-    meta.resource_version
-        .as_deref()
-        .and_then(|v| v.parse().ok())
-        .expect("numeric resourceVersion")
-}
-
-/// What the writer saw: acknowledged writes (name, resourceVersion) and when each came back.
-#[derive(Default)]
-struct Writes {
-    acked: Vec<(String, u64, Instant)>,
-    failures: usize,
-}
-
-/// Creates `load-<i>` and then updates it, over and over, until `stop`.
-async fn writer(api: Api<ConfigMap>, writes: Arc<Mutex<Writes>>, stop: Arc<AtomicBool>) {
-    let mut i = 0u64;
-    while !stop.load(Ordering::Relaxed) {
-        i += 1;
-        let name = format!("load-{i}");
-        let cm: ConfigMap = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": name}, "data": {"n": "0"}
-        }))
-        .expect("configmap");
-        let created = api.create(&PostParams::default(), &cm).await;
-        let ok = match created {
-            Ok(cm) => {
-                let mut w = writes.lock().unwrap();
-                w.acked
-                    .push((name.clone(), rv(&cm.metadata), Instant::now()));
-                true
-            }
-            Err(_) => {
-                writes.lock().unwrap().failures += 1;
-                false
-            }
-        };
-        if ok {
-            let patch = serde_json::json!({"data": {"n": "1"}});
-            match api
-                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-            {
-                Ok(cm) => {
-                    let mut w = writes.lock().unwrap();
-                    w.acked
-                        .push((name.clone(), rv(&cm.metadata), Instant::now()));
-                }
-                Err(_) => writes.lock().unwrap().failures += 1,
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(if ok { 10 } else { 50 })).await;
-    }
-}
-
-/// Watches the namespace from `from`, resuming from the last resourceVersion seen whenever the
-/// stream ends (its server died), until `stop`; returns (name, resourceVersion) of every event and
-/// how often it had to resume. A 410 (the resume point is gone) is a missed event: it panics.
-async fn watcher(
-    api: Api<ConfigMap>,
-    from: String,
-    seen: Arc<Mutex<Vec<(String, u64)>>>,
-    stop: Arc<AtomicBool>,
-) -> usize {
-    let mut version = from;
-    let mut resumes = 0;
-    let params = WatchParams::default().timeout(30);
-    while !stop.load(Ordering::Relaxed) {
-        let stream = match api.watch(&params, &version).await {
-            Ok(s) => s,
-            Err(e) => {
-                eprintln!("watch from {version}: {e}");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                resumes += 1;
-                continue;
-            }
-        };
-        futures::pin_mut!(stream);
-        loop {
-            let next = tokio::select! {
-                n = stream.next() => n,
-                _ = tokio::time::sleep(Duration::from_millis(200)) => {
-                    if stop.load(Ordering::Relaxed) { break } else { continue }
-                }
-            };
-            match next {
-                Some(Ok(
-                    WatchEvent::Added(cm) | WatchEvent::Modified(cm) | WatchEvent::Deleted(cm),
-                )) => {
-                    let v = rv(&cm.metadata);
-                    version = v.to_string();
-                    let name = cm.metadata.name.unwrap_or_default();
-                    seen.lock().unwrap().push((name, v));
-                }
-                Some(Ok(WatchEvent::Bookmark(b))) => version = b.metadata.resource_version,
-                Some(Ok(WatchEvent::Error(e))) => {
-                    assert_ne!(e.code, 410, "the watch's resume point is gone: {e:?}");
-                    eprintln!("watch error event: {e:?}");
-                    break;
-                }
-                Some(Err(e)) => {
-                    eprintln!("watch stream from {version}: {e}");
-                    break;
-                }
-                None => break,
-            }
-        }
-        resumes += 1;
-    }
-    resumes
-}
-
 fn service(i: usize) -> Service {
     serde_json::from_value(serde_json::json!({
         "metadata": {"name": format!("svc-{i}")},
         "spec": {"ports": [{"port": 80}]}
     }))
     .expect("service")
-}
-
-fn ready(node: &Node) -> bool {
-    node.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 #[test]
@@ -311,16 +116,19 @@ fn kill_one_of_three_api_servers_under_load() {
         all.extend(["--kubeconfig", kc, "--server", &servers]);
         rkube(&all)
     };
+    let quiet = |_: &str, _| {};
     let _controllers = spawn(
         "controller-manager",
         component(&["controller-manager"]),
         None,
+        quiet,
     );
-    let _scheduler = spawn("scheduler", component(&["scheduler"]), None);
+    let _scheduler = spawn("scheduler", component(&["scheduler"]), None, quiet);
     let _sim = spawn(
         "sim",
         component(&["sim", "--nodes", "3", "--sim-lease-renew-interval", "1s"]),
         None,
+        quiet,
     );
     eprintln!("cluster started in {:?}", started.elapsed());
 
@@ -363,7 +171,7 @@ fn kill_one_of_three_api_servers_under_load() {
             let nodes = nodes.clone();
             async move {
                 let list = nodes.list(&ListParams::default()).await.ok()?;
-                (list.items.iter().filter(|n| ready(n)).count() == 3).then_some(())
+                (list.items.iter().filter(|n| ha::ready(n)).count() == 3).then_some(())
             }
         })
         .await;
@@ -399,33 +207,15 @@ fn kill_one_of_three_api_servers_under_load() {
             .await
             .expect("namespace");
         let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "ha");
-        let from = cms
-            .list(&ListParams::default())
-            .await
-            .expect("list")
-            .metadata
-            .resource_version
-            .expect("list resourceVersion");
-        let writes = Arc::new(Mutex::new(Writes::default()));
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let (stop_writes, stop_watch) = (
-            Arc::new(AtomicBool::new(false)),
-            Arc::new(AtomicBool::new(false)),
-        );
-        let watch = tokio::spawn(watcher(cms.clone(), from, seen.clone(), stop_watch.clone()));
-        let write = tokio::spawn(writer(cms.clone(), writes.clone(), stop_writes.clone()));
-        wait_for("writes acknowledged before the kill", || {
-            let n = writes.lock().unwrap().acked.len();
-            async move { (n >= 40).then_some(()) }
-        })
-        .await;
+        let load = Load::start(cms).await;
+        load.more_writes(40).await;
 
         // Kill the server the test's clients use (the first unless a slow /readyz moved them).
         let mut servers = [Some(server_a), Some(server_b), Some(server_c)];
         let victim = lb.current().expect("a current server");
         let index = addrs.iter().position(|a| *a == victim).expect("listed");
         eprintln!("killing {victim}");
-        let before = writes.lock().unwrap().acked.len();
+        let before = load.acked();
         let killed_at = jiff::Timestamp::now();
         let killed = Instant::now();
         let mut dead = servers[index].take().expect("running");
@@ -433,7 +223,7 @@ fn kill_one_of_three_api_servers_under_load() {
         let _ = dead.0.wait();
 
         let recovered = wait_for("a write acknowledged after the kill", || {
-            let w = writes.lock().unwrap();
+            let w = load.writes.lock().unwrap();
             let after = w.acked.iter().skip(before).find(|(_, _, at)| *at > killed);
             let at = after.map(|(_, _, at)| at.duration_since(killed));
             async move { at }
@@ -515,12 +305,12 @@ fn kill_one_of_three_api_servers_under_load() {
         assert_ne!(current, victim);
         let index = addrs.iter().position(|a| *a == current).expect("listed");
         let hung = servers[index].as_ref().expect("running");
-        let before = writes.lock().unwrap().acked.len();
+        let before = load.acked();
         let stopped_at = jiff::Timestamp::now();
         let stopped = Instant::now();
-        signal(hung, "-STOP");
+        hung.signal("-STOP");
         let resumed = wait_for("a write acknowledged after the SIGSTOP", || {
-            let w = writes.lock().unwrap();
+            let w = load.writes.lock().unwrap();
             let after = w.acked.iter().skip(before).find(|(_, _, at)| *at > stopped);
             let at = after.map(|(_, _, at)| at.duration_since(stopped));
             async move { at }
@@ -553,72 +343,16 @@ fn kill_one_of_three_api_servers_under_load() {
         .await;
         let stop_renew = renewed.duration_since(stopped_at);
         eprintln!("every sim node renewed its Lease within {stop_renew:?} of the SIGSTOP");
-        signal(hung, "-CONT");
+        hung.signal("-CONT");
 
         // A little more load through the survivors, then stop and compare.
-        let more = writes.lock().unwrap().acked.len() + 20;
-        wait_for("more writes after the failover", || {
-            let n = writes.lock().unwrap().acked.len();
-            async move { (n >= more).then_some(()) }
-        })
-        .await;
-        stop_writes.store(true, Ordering::Relaxed);
-        write.await.expect("writer");
-        let (acked, failures) = {
-            let w = writes.lock().unwrap();
-            (w.acked.clone(), w.failures)
-        };
-        let last = acked.iter().map(|(_, v, _)| *v).max().expect("writes");
-        wait_for("the watch caught up with the last write", || {
-            let done = seen.lock().unwrap().iter().any(|(_, v)| *v >= last);
-            async move { done.then_some(()) }
-        })
-        .await;
-        stop_watch.store(true, Ordering::Relaxed);
-        let resumes = watch.await.expect("watcher");
-        let seen = seen.lock().unwrap().clone();
-        eprintln!(
-            "{} writes acknowledged, {failures} failed, {} events watched, {resumes} watch resumes",
-            acked.len(),
-            seen.len()
-        );
-
-        // The watch's resourceVersions strictly increase, and it saw every acknowledged write.
-        for pair in seen.windows(2) {
-            assert!(pair[0].1 < pair[1].1, "watch order: {pair:?}");
-        }
-        let watched: HashMap<u64, &str> = seen.iter().map(|(n, v)| (*v, n.as_str())).collect();
-        for (name, v, _) in &acked {
-            assert_eq!(
-                watched.get(v),
-                Some(&name.as_str()),
-                "write {name}@{v} watched"
-            );
-        }
-        // Every acknowledged write reads back (its last acknowledged version or a later one).
-        let mut latest: HashMap<&str, u64> = HashMap::new();
-        for (name, v, _) in &acked {
-            let e = latest.entry(name.as_str()).or_default();
-            *e = (*e).max(*v);
-        }
-        let listed = cms.list(&ListParams::default()).await.expect("list");
-        let stored: HashMap<String, u64> = listed
-            .items
-            .iter()
-            .map(|c| (c.metadata.name.clone().unwrap_or_default(), rv(&c.metadata)))
-            .collect();
-        for (name, v) in &latest {
-            let got = stored.get(*name).copied();
-            assert!(
-                got.is_some_and(|g| g >= *v),
-                "{name}@{v} reads back: {got:?}"
-            );
-        }
+        load.more_writes(20).await;
+        eprintln!("{}", load.finish().await);
 
         // The simulated nodes stayed Ready.
         let list = nodes.list(&ListParams::default()).await.expect("nodes");
         assert_eq!(
-            list.items.iter().filter(|n| ready(n)).count(),
+            list.items.iter().filter(|n| ha::ready(n)).count(),
             3,
             "nodes Ready"
         );

@@ -8,7 +8,8 @@
 //! 1. kill -9 of an etcd follower, 2. kill -9 of the etcd leader (each started again after),
 //! 3. kill -9 of the leading controller manager and the leading scheduler,
 //! 4. SIGSTOP of the leading controller manager past its lease, then SIGCONT: it must stop leading
-//!    at once and exit (upstream's components exit when they lose their lease),
+//!    at once and exit (upstream's components exit when they lose their lease); then the same for
+//!    the leading scheduler, with a pod created while it is frozen: bound exactly once,
 //! 5. a rolling restart of every process: etcd members (kill -9 and start on the data directory),
 //!    API servers, controller managers, schedulers and sim (SIGTERM: the leader releases).
 //!
@@ -25,22 +26,24 @@
 //! acquired lease" / "stopped leading") never overlap.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::PathBuf;
+use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{mpsc, Arc, Mutex};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use client::loadbalancer::{readyz_check, LoadBalancer, Options};
-use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Node, Pod};
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams};
+use k8s_openapi::api::core::v1::{ConfigMap, Event, Namespace, Node, Pod};
+use kube::api::{Api, ListParams, PostParams};
 use storage::etcd_process::EtcdCluster;
 
-const DEADLINE: Duration = Duration::from_secs(60);
+#[path = "support/ha.rs"]
+mod ha;
+
+use ha::{free_port, rkube_cmd, share_pki, wait_for, watch_all, Load, Proc};
+
 /// The bound on "writes served again" and on a lease takeover: upstream's default lease duration
 /// (the components here use 4 s leases; this machine is loaded).
 const RECOVERY_BOUND: Duration = Duration::from_secs(15);
@@ -51,7 +54,6 @@ const ELECTION: [&str; 3] = [
     "--leader-elect-retry-period=1s",
 ];
 
-/// A child process killed when dropped.
 #[path = "ha_failures/helpers.rs"]
 mod helpers;
 
@@ -149,7 +151,7 @@ fn etcd_members_leaders_and_rolling_restarts_under_load() {
             let nodes = nodes.clone();
             async move {
                 let list = nodes.list(&ListParams::default()).await.ok()?;
-                (list.items.iter().filter(|n| ready(n)).count() == 2).then_some(())
+                (list.items.iter().filter(|n| ha::ready(n)).count() == 2).then_some(())
             }
         })
         .await;
@@ -174,57 +176,17 @@ fn etcd_members_leaders_and_rolling_restarts_under_load() {
 
         // The load.
         let cms_api: Api<ConfigMap> = Api::namespaced(client.clone(), "ha");
-        let from = cms_api
-            .list(&ListParams::default())
-            .await
-            .expect("list")
-            .metadata
-            .resource_version
-            .expect("list resourceVersion");
-        let writes = Arc::new(Mutex::new(Writes::default()));
-        let seen = Arc::new(Mutex::new(Vec::<ConfigMap>::new()));
-        let stop_writes = Arc::new(AtomicBool::new(false));
-        let watch = tokio::spawn(watch_all(
-            cms_api.clone(),
-            from,
-            seen.clone(),
-            stop_watches.clone(),
-        ));
-        let write = tokio::spawn(writer(cms_api.clone(), writes.clone(), stop_writes.clone()));
-        let acked = || writes.lock().unwrap().acked.len();
-        let more_writes = |n: usize| {
-            let target = acked() + n;
-            let writes = writes.clone();
-            async move {
-                wait_for("more writes", || {
-                    let done = writes.lock().unwrap().acked.len() >= target;
-                    async move { done.then_some(()) }
-                })
-                .await
-            }
-        };
-        more_writes(30).await;
-        let first_write_after = |at: Instant| {
-            let writes = writes.clone();
-            async move {
-                let d = wait_for("a write acknowledged after the failure", || {
-                    let d = writes.lock().unwrap().first_after(at);
-                    async move { d }
-                })
-                .await;
-                assert!(d < RECOVERY_BOUND, "writes served again after {d:?}");
-                d
-            }
-        };
+        let load = Load::start(cms_api).await;
+        load.more_writes(30).await;
 
         // 1. kill -9 of an etcd follower.
         let leader = wait_for("an etcd leader", || async { etcd.leader() }).await;
         let follower = (leader + 1) % 3;
         let t = Instant::now();
         etcd.kill(follower);
-        let d = first_write_after(t).await;
-        more_writes(20).await;
-        let gap = writes.lock().unwrap().longest_gap(t, Instant::now());
+        let d = load.first_write_after(t, RECOVERY_BOUND).await;
+        load.more_writes(20).await;
+        let gap = load.longest_gap_since(t);
         assert!(gap < RECOVERY_BOUND, "longest write gap {gap:?}");
         figures.push(format!(
             "etcd follower kill -9: first write {d:?}, longest write gap {gap:?}"
@@ -235,11 +197,11 @@ fn etcd_members_leaders_and_rolling_restarts_under_load() {
         let leader = wait_for("an etcd leader", || async { etcd.leader() }).await;
         let t = Instant::now();
         etcd.kill(leader);
-        let d = first_write_after(t).await;
+        let d = load.first_write_after(t, RECOVERY_BOUND).await;
         let elected = wait_for("a new etcd leader", || async { etcd.leader() }).await;
         let elected_after = t.elapsed();
-        more_writes(20).await;
-        let gap = writes.lock().unwrap().longest_gap(t, Instant::now());
+        load.more_writes(20).await;
+        let gap = load.longest_gap_since(t);
         assert!(gap < RECOVERY_BOUND, "longest write gap {gap:?}");
         figures.push(format!(
             "etcd leader kill -9: first write {d:?}, longest write gap {gap:?}, \
@@ -299,52 +261,23 @@ fn etcd_members_leaders_and_rolling_restarts_under_load() {
 
         // 4. SIGSTOP of the leading controller manager past its lease, then SIGCONT.
         revive(cms.iter_mut().chain(scheds.iter_mut()), &leading);
-        let cm = wait_for("a leading controller manager", || async {
-            leader_of(&leading, &[&cms[0], &cms[1]])
+        let figure = freeze_leader(&mut cms, &leading, || async {
+            let rollout = rolled_out(&client, "after-stop").await;
+            format!("a new Deployment bound {rollout:?} after the SIGSTOP")
         })
         .await;
-        let t = Instant::now();
-        cms[cm].signal("-STOP");
-        leading
-            .lock()
-            .unwrap()
-            .push((cms[cm].name.clone(), Lead::Stop, t));
-        let took = wait_for("the standby controller manager leads", || async {
-            started_after(&leading, &cm_names, t)
-        })
-        .await
-        .duration_since(t);
-        assert!(took < RECOVERY_BOUND, "takeover after {took:?}");
-        let rollout = rolled_out(&client, "after-stop").await;
-        let cont = Instant::now();
-        cms[cm].signal("-CONT");
-        let name = cms[cm].name.clone();
-        let noticed = wait_for("the woken controller manager stops leading", || {
-            let log = leading.lock().unwrap();
-            let at = log
-                .iter()
-                .find(|(n, l, at)| *n == name && *l == Lead::Stop && *at > cont)
-                .map(|(_, _, at)| at.duration_since(cont));
-            async move { at }
+        figures.push(figure);
+
+        // 4b. The same for the leading scheduler, with a pod created while it is frozen (still the
+        // lease holder): the standby binds it, and the woken scheduler must not bind it again.
+        revive(cms.iter_mut().chain(scheds.iter_mut()), &leading);
+        let figure = freeze_leader(&mut scheds, &leading, || async {
+            let bound = pod_bound(&client, "while-frozen").await;
+            format!("a pod created at the SIGSTOP bound {bound:?} after it")
         })
         .await;
-        assert!(
-            noticed < Duration::from_secs(3),
-            "led on for {noticed:?} after SIGCONT"
-        );
-        let member = &mut cms[cm];
-        wait_for("the woken controller manager exits", || {
-            let gone = member.exited();
-            async move { gone.then_some(()) }
-        })
-        .await;
-        let exited = cont.elapsed();
-        figures.push(format!(
-            "leading controller manager SIGSTOP: standby leads after {took:?}, a new Deployment \
-             bound {rollout:?} later; after SIGCONT the old one logged 'stopped leading' in \
-             {noticed:?} and exited in {exited:?}"
-        ));
-        cms[cm].start(&leading);
+        bound_once(&client, "while-frozen").await;
+        figures.push(figure);
 
         // 5. Rolling restart of every process: etcd members, API servers, components.
         let t = Instant::now();
@@ -368,8 +301,8 @@ fn etcd_members_leaders_and_rolling_restarts_under_load() {
             m.start(&leading);
         }
         let all_done = t.elapsed();
-        more_writes(20).await;
-        let gap = writes.lock().unwrap().longest_gap(t, Instant::now());
+        load.more_writes(20).await;
+        let gap = load.longest_gap_since(t);
         assert!(gap < RECOVERY_BOUND, "longest write gap {gap:?}");
         let rollout = rolled_out(&client, "after-restart").await;
         figures.push(format!(
@@ -379,63 +312,12 @@ fn etcd_members_leaders_and_rolling_restarts_under_load() {
         ));
 
         // Stop the load and compare.
-        stop_writes.store(true, Ordering::Relaxed);
-        write.await.expect("writer");
-        let (acked, failures) = {
-            let w = writes.lock().unwrap();
-            (w.acked.clone(), w.failures)
-        };
-        let last = acked.iter().map(|(_, v, _)| *v).max().expect("writes");
-        wait_for("the watch caught up with the last write", || {
-            let done = seen.lock().unwrap().iter().any(|c| rv(&c.metadata) >= last);
-            async move { done.then_some(()) }
-        })
-        .await;
+        let summary = load.finish().await;
         // The Lease watch sees the last renewals too.
         tokio::time::sleep(Duration::from_millis(1500)).await;
         stop_watches.store(true, Ordering::Relaxed);
-        let resumes = watch.await.expect("watcher");
         lease_watch.await.expect("lease watcher");
-        let seen: Vec<(String, u64)> = seen
-            .lock()
-            .unwrap()
-            .iter()
-            .map(|c| (c.metadata.name.clone().unwrap_or_default(), rv(&c.metadata)))
-            .collect();
-        eprintln!(
-            "{} writes acknowledged, {failures} failed, {} events watched, {resumes} watch resumes",
-            acked.len(),
-            seen.len()
-        );
-        for pair in seen.windows(2) {
-            assert!(pair[0].1 < pair[1].1, "watch order: {pair:?}");
-        }
-        let watched: HashMap<u64, &str> = seen.iter().map(|(n, v)| (*v, n.as_str())).collect();
-        for (name, v, _) in &acked {
-            assert_eq!(
-                watched.get(v),
-                Some(&name.as_str()),
-                "write {name}@{v} watched"
-            );
-        }
-        let mut latest: HashMap<&str, u64> = HashMap::new();
-        for (name, v, _) in &acked {
-            let e = latest.entry(name.as_str()).or_default();
-            *e = (*e).max(*v);
-        }
-        let listed = cms_api.list(&ListParams::default()).await.expect("list");
-        let stored: HashMap<String, u64> = listed
-            .items
-            .iter()
-            .map(|c| (c.metadata.name.clone().unwrap_or_default(), rv(&c.metadata)))
-            .collect();
-        for (name, v) in &latest {
-            let got = stored.get(*name).copied();
-            assert!(
-                got.is_some_and(|g| g >= *v),
-                "{name}@{v} reads back: {got:?}"
-            );
-        }
+        eprintln!("{summary}");
 
         let history: Vec<Lease> = history
             .lock()

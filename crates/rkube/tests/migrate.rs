@@ -181,3 +181,223 @@ fn a_cluster_moves_from_sqlite_to_etcd_and_back_with_its_uids() {
     let back = serve(dir, &[]);
     assert_eq!(uids(&back), with_after);
 }
+
+/// Issue 22's "Done when": 10,000 objects of several kinds (ConfigMaps, Secrets, Services with
+/// their ClusterIPs, Deployments, a CRD and its objects) go SQLite -> etcd -> SQLite with their
+/// UIDs, and a watch opened before the move resumes after it as upstream's clients (reflectors) do:
+/// its last resourceVersion gets 410 Expired (rkube migrate marks the old history compacted, as
+/// `etcdutl snapshot restore --bump-revision --mark-compacted`, upstream's restore procedure), so it
+/// relists and watches from the new list, seeing every later event.
+#[test]
+fn ten_thousand_objects_round_trip_with_a_watch_that_relists() {
+    use futures::{StreamExt, TryStreamExt};
+    use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, PostParams};
+    use kube::api::{WatchEvent, WatchParams};
+
+    const KINDS: [(&str, usize); 5] = [
+        ("configmaps", 4000),
+        ("secrets", 2000),
+        ("services", 1500),
+        ("deployments", 1500),
+        ("widgets", 1000),
+    ];
+    let started = std::time::Instant::now();
+    let mut sqlite = Cluster::start(Backend::Sqlite);
+    sqlite.kubectl_in(
+        &["apply", "-f", "-"],
+        Some(
+            r#"{"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+ "metadata": {"name": "widgets.example.com"},
+ "spec": {"group": "example.com", "scope": "Namespaced",
+  "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+  "versions": [{"name": "v1", "served": true, "storage": true,
+   "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]}}"#,
+        ),
+    );
+    sqlite.kubectl(&[
+        "wait",
+        "--for=condition=Established",
+        "crd/widgets.example.com",
+    ]);
+    sqlite.kubectl(&["create", "namespace", "moved"]);
+    let widget = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("example.com", "v1", "Widget"),
+        "widgets",
+    );
+    let api = |client: &kube::Client, plural: &str| -> Api<DynamicObject> {
+        let ar = match plural {
+            "configmaps" => ApiResource::from_gvk(&GroupVersionKind::gvk("", "v1", "ConfigMap")),
+            "secrets" => ApiResource::from_gvk(&GroupVersionKind::gvk("", "v1", "Secret")),
+            "services" => ApiResource::from_gvk(&GroupVersionKind::gvk("", "v1", "Service")),
+            "deployments" => {
+                ApiResource::from_gvk(&GroupVersionKind::gvk("apps", "v1", "Deployment"))
+            }
+            _ => widget.clone(),
+        };
+        Api::namespaced_with(client.clone(), "moved", &ar)
+    };
+    let object = |plural: &str, i: usize| -> DynamicObject {
+        let name = format!("o-{i:05}");
+        let body = match plural {
+            "configmaps" => serde_json::json!({"apiVersion": "v1", "kind": "ConfigMap",
+                "metadata": {"name": name}, "data": {"i": i.to_string()}}),
+            "secrets" => serde_json::json!({"apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": name}, "stringData": {"i": i.to_string()}}),
+            "services" => serde_json::json!({"apiVersion": "v1", "kind": "Service",
+                "metadata": {"name": name}, "spec": {"ports": [{"port": 80}]}}),
+            "deployments" => serde_json::json!({"apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": name},
+                "spec": {"replicas": 0, "selector": {"matchLabels": {"app": name}},
+                    "template": {"metadata": {"labels": {"app": name}},
+                        "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}}}}),
+            _ => serde_json::json!({"apiVersion": "example.com/v1", "kind": "Widget",
+                "metadata": {"name": name}, "spec": {"i": i}}),
+        };
+        serde_json::from_value(body).expect("object")
+    };
+    // kind -> name -> uid.
+    let uids = |client: kube::Client| async move {
+        let mut all = BTreeMap::new();
+        for (plural, _) in KINDS {
+            let list = api(&client, plural)
+                .list(&ListParams::default())
+                .await
+                .expect("list");
+            let by_name: BTreeMap<String, String> = list
+                .items
+                .into_iter()
+                .filter_map(|o| Some((o.metadata.name?, o.metadata.uid?)))
+                .collect();
+            all.insert(plural.to_string(), by_name);
+        }
+        all
+    };
+    let rt = support::runtime();
+
+    // 10,000 creates, 32 in flight; a ConfigMap watch runs from the start.
+    let (before, watched_rv) = rt.block_on(async {
+        let client = sqlite.client().await;
+        let cms = api(&client, "configmaps");
+        let from = cms
+            .list(&ListParams::default())
+            .await
+            .expect("list")
+            .metadata
+            .resource_version
+            .expect("rv");
+        let watch = cms
+            .watch(&WatchParams::default(), &from)
+            .await
+            .expect("watch");
+        // Read as the creates go (a watcher that stops reading is cut off by the server).
+        let watcher = tokio::spawn(async move {
+            let mut last = from;
+            let mut seen = 0;
+            futures::pin_mut!(watch);
+            while seen < 4000 {
+                match watch.next().await {
+                    Some(Ok(WatchEvent::Added(o))) => {
+                        last = o.metadata.resource_version.expect("rv");
+                        seen += 1;
+                    }
+                    other => panic!("watch before the move: {other:?}"),
+                }
+            }
+            last
+        });
+        let t = std::time::Instant::now();
+        let jobs = KINDS
+            .iter()
+            .flat_map(|(plural, n)| (0..*n).map(move |i| (*plural, i)));
+        futures::stream::iter(jobs)
+            .map(|(plural, i)| {
+                let api = api(&client, plural);
+                let obj = object(plural, i);
+                async move { api.create(&PostParams::default(), &obj).await }
+            })
+            .buffer_unordered(32)
+            .try_for_each(|_| async { Ok(()) })
+            .await
+            .expect("every create");
+        eprintln!("10,000 objects created in {:?}", t.elapsed());
+        // The watch saw the ConfigMaps; its last resourceVersion is where it would resume.
+        let last = watcher.await.expect("watcher");
+        let before = uids(client).await;
+        (before, last)
+    });
+    for (plural, n) in KINDS {
+        assert_eq!(before[plural].len(), n, "{plural} before the move");
+    }
+
+    // SQLite -> etcd.
+    let dir = take_dir(&mut sqlite);
+    let etcd = EtcdProcess::start().unwrap_or_else(|e| panic!("{e}"));
+    let to_etcd = format!("etcd:{}", etcd.endpoint);
+    let t = std::time::Instant::now();
+    let report = migrated(&format!("sqlite:{}", dir.path().display()), &to_etcd);
+    eprintln!("SQLite -> etcd in {:?}: {}", t.elapsed(), report.trim());
+    set_aside(dir.path(), "state.db.before");
+    let mut on_etcd = serve(
+        dir,
+        &["--storage", "etcd", "--etcd-servers", &etcd.endpoint],
+    );
+    let (on_etcd_rv, after_uids) = rt.block_on(async {
+        let client = on_etcd.client().await;
+        let cms = api(&client, "configmaps");
+        // The watch resumes from its last resourceVersion: 410, so it relists.
+        let gone = support::watch_expired(&cms, &watched_rv)
+            .await
+            .unwrap_or_else(|| panic!("a watch from {watched_rv} was accepted"));
+        assert_eq!(gone.reason, "Expired", "{gone:?}");
+        let relisted = cms.list(&ListParams::default()).await.expect("relist");
+        assert_eq!(relisted.items.len(), 4000);
+        let rv = relisted.metadata.resource_version.expect("rv");
+        // Watching on from the relist sees the next write, and only it.
+        let watch = cms
+            .watch(&WatchParams::default(), &rv)
+            .await
+            .expect("watch");
+        api(&client, "configmaps")
+            .create(&PostParams::default(), &object("configmaps", 99_999))
+            .await
+            .expect("create after the move");
+        futures::pin_mut!(watch);
+        match watch.next().await {
+            Some(Ok(WatchEvent::Added(o))) => {
+                assert_eq!(o.metadata.name.as_deref(), Some("o-99999"))
+            }
+            other => panic!("watch after the relist: {other:?}"),
+        }
+        (rv, uids(client).await)
+    });
+    let mut expected = before.clone();
+    let extra = after_uids["configmaps"]["o-99999"].clone();
+    expected
+        .get_mut("configmaps")
+        .unwrap()
+        .insert("o-99999".into(), extra);
+    assert_eq!(after_uids, expected, "objects and UIDs on etcd");
+
+    // etcd -> SQLite, served again; a watch from etcd's resourceVersion relists there too.
+    let dir = take_dir(&mut on_etcd);
+    let t = std::time::Instant::now();
+    migrated(&to_etcd, &format!("sqlite:{}", dir.path().display()));
+    eprintln!("etcd -> SQLite in {:?}", t.elapsed());
+    drop(etcd);
+    let back = serve(dir, &[]);
+    rt.block_on(async {
+        let client = back.client().await;
+        let cms = api(&client, "configmaps");
+        let gone = support::watch_expired(&cms, &on_etcd_rv).await;
+        assert!(
+            gone.is_some(),
+            "a watch from {on_etcd_rv} was accepted on SQLite"
+        );
+        assert_eq!(
+            uids(client).await,
+            expected,
+            "objects and UIDs back on SQLite"
+        );
+    });
+    eprintln!("round trip of 10,000 objects took {:?}", started.elapsed());
+}

@@ -3,15 +3,6 @@
 
 use super::*;
 
-pub(crate) struct Proc(pub(crate) Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// When a component logged that it started or stopped leading (or the test stopped it leading
 /// by force: kill -9, SIGSTOP), by process name.
 #[derive(Clone, Debug, PartialEq)]
@@ -24,52 +15,21 @@ pub(crate) enum Lead {
 
 pub(crate) type Leading = Arc<Mutex<Vec<(String, Lead, Instant)>>>;
 
-pub(crate) fn rkube_cmd(args: &[String], log: &str) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rkube"));
-    cmd.args(args)
-        .env("RUST_LOG", log)
-        .env("NO_COLOR", "1")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    cmd
-}
-
-/// Starts `cmd` with its stderr tagged `name` on the test's; with `ready`, waits for a line that
-/// starts with it. Leadership lines go to `leading`.
-pub(crate) fn spawn(
-    name: &str,
-    mut cmd: Command,
-    ready: Option<&'static str>,
-    leading: &Leading,
-) -> Proc {
-    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("start {name}: {e}"));
-    let stderr = child.stderr.take().expect("stderr");
-    let (tx, rx) = mpsc::channel();
+/// Starts `cmd` with its stderr tagged `name`; with `ready`, waits for a line that starts with it.
+/// Leadership lines go to `leading`.
+fn spawn_leading(name: &str, cmd: Command, ready: Option<&'static str>, leading: &Leading) -> Proc {
     let (tag, leading) = (name.to_string(), leading.clone());
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            let now = Instant::now();
-            if line.contains("successfully acquired lease") {
-                leading
-                    .lock()
-                    .unwrap()
-                    .push((tag.clone(), Lead::Start, now));
-            } else if line.contains("stopped leading") {
-                leading.lock().unwrap().push((tag.clone(), Lead::Stop, now));
-            }
-            if ready.is_some_and(|r| line.starts_with(r)) {
-                let _ = tx.send(());
-            }
-            eprintln!("[{tag}] {line}");
+    let on_line = move |line: &str, now: Instant| {
+        if line.contains("successfully acquired lease") {
+            leading
+                .lock()
+                .unwrap()
+                .push((tag.clone(), Lead::Start, now));
+        } else if line.contains("stopped leading") {
+            leading.lock().unwrap().push((tag.clone(), Lead::Stop, now));
         }
-    });
-    let mut proc = Proc(child);
-    if ready.is_some() && rx.recv_timeout(DEADLINE).is_err() {
-        let status = proc.0.try_wait();
-        panic!("{name} did not start within {DEADLINE:?} ({status:?})");
-    }
-    proc
+    };
+    ha::spawn(name, cmd, ready, on_line).0
 }
 
 /// A restartable process: its name, arguments and the running child.
@@ -103,16 +63,11 @@ impl Member {
             .unwrap()
             .push((self.name.clone(), Lead::Spawn, Instant::now()));
         let cmd = rkube_cmd(&self.args, self.log);
-        self.proc = Some(spawn(&self.name, cmd, self.ready, leading));
+        self.proc = Some(spawn_leading(&self.name, cmd, self.ready, leading));
     }
 
     pub(crate) fn signal(&self, sig: &str) {
-        let proc = self.proc.as_ref().expect("running");
-        let status = Command::new("kill")
-            .args([sig, &proc.0.id().to_string()])
-            .status()
-            .expect("kill");
-        assert!(status.success(), "kill {sig} {}", self.name);
+        self.proc.as_ref().expect("running").signal(sig);
     }
 
     pub(crate) fn kill9(&mut self) {
@@ -181,186 +136,6 @@ pub(crate) fn revive<'a>(
         }
     }
     revived
-}
-
-pub(crate) fn share_pki(from: &Path, to: &Path) {
-    let (src, dst) = (from.join("pki"), to.join("pki"));
-    std::fs::create_dir_all(&dst).expect("pki dir");
-    for entry in std::fs::read_dir(&src).expect("read pki") {
-        let path = entry.expect("entry").path();
-        let name = path.file_name().expect("name").to_owned();
-        std::fs::copy(&path, dst.join(name)).expect("copy pki file");
-    }
-}
-
-/// A free TCP port on 127.0.0.1 (the three servers bind it on 127.0.0.1-3).
-pub(crate) fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
-}
-
-pub(crate) async fn wait_for<T, F, Fut>(what: &str, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + DEADLINE;
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "{what}: not within {DEADLINE:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-pub(crate) fn rv(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> u64 {
-    meta.resource_version
-        .as_deref()
-        .and_then(|v| v.parse().ok())
-        .expect("numeric resourceVersion")
-}
-
-/// Acknowledged writes (name, resourceVersion, when) and failures.
-#[derive(Default)]
-pub(crate) struct Writes {
-    pub(crate) acked: Vec<(String, u64, Instant)>,
-    pub(crate) failures: usize,
-}
-
-impl Writes {
-    /// How long after `at` the first write was acknowledged, if one was.
-    pub(crate) fn first_after(&self, at: Instant) -> Option<Duration> {
-        self.acked
-            .iter()
-            .rev()
-            .take_while(|(_, _, t)| *t > at)
-            .last()
-            .map(|(_, _, t)| t.duration_since(at))
-    }
-
-    /// The longest time without an acknowledged write between `from` and `to`.
-    pub(crate) fn longest_gap(&self, from: Instant, to: Instant) -> Duration {
-        let mut last = from;
-        let mut gap = Duration::ZERO;
-        for (_, _, t) in self.acked.iter().filter(|(_, _, t)| *t > from && *t <= to) {
-            gap = gap.max(t.duration_since(last));
-            last = *t;
-        }
-        gap.max(to.saturating_duration_since(last))
-    }
-}
-
-/// Creates `load-<i>` and patches it, over and over, until `stop`.
-pub(crate) async fn writer(api: Api<ConfigMap>, writes: Arc<Mutex<Writes>>, stop: Arc<AtomicBool>) {
-    let mut i = 0u64;
-    while !stop.load(Ordering::Relaxed) {
-        i += 1;
-        let name = format!("load-{i}");
-        let cm: ConfigMap = serde_json::from_value(serde_json::json!({
-            "metadata": {"name": name}, "data": {"n": "0"}
-        }))
-        .expect("configmap");
-        let ok = match api.create(&PostParams::default(), &cm).await {
-            Ok(cm) => {
-                let at = Instant::now();
-                writes
-                    .lock()
-                    .unwrap()
-                    .acked
-                    .push((name.clone(), rv(&cm.metadata), at));
-                true
-            }
-            Err(_) => {
-                writes.lock().unwrap().failures += 1;
-                false
-            }
-        };
-        if ok {
-            let patch = serde_json::json!({"data": {"n": "1"}});
-            match api
-                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-            {
-                Ok(cm) => {
-                    let at = Instant::now();
-                    writes
-                        .lock()
-                        .unwrap()
-                        .acked
-                        .push((name.clone(), rv(&cm.metadata), at));
-                }
-                Err(_) => writes.lock().unwrap().failures += 1,
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(if ok { 10 } else { 50 })).await;
-    }
-}
-
-/// Watches `api` from `from`, resuming from the last resourceVersion whenever the stream ends,
-/// until `stop`; records every object it sees. A 410 is a missed event: it panics.
-pub(crate) async fn watch_all<K>(
-    api: Api<K>,
-    from: String,
-    seen: Arc<Mutex<Vec<K>>>,
-    stop: Arc<AtomicBool>,
-) -> usize
-where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + Send + 'static,
-{
-    let mut version = from;
-    let mut resumes = 0;
-    let params = WatchParams::default().timeout(30);
-    while !stop.load(Ordering::Relaxed) {
-        let stream = match api.watch(&params, &version).await {
-            Ok(s) => s,
-            Err(e) => {
-                eprintln!("watch from {version}: {e}");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                resumes += 1;
-                continue;
-            }
-        };
-        futures::pin_mut!(stream);
-        loop {
-            let next = tokio::select! {
-                n = stream.next() => n,
-                _ = tokio::time::sleep(Duration::from_millis(200)) => {
-                    if stop.load(Ordering::Relaxed) { break } else { continue }
-                }
-            };
-            match next {
-                Some(Ok(
-                    WatchEvent::Added(o) | WatchEvent::Modified(o) | WatchEvent::Deleted(o),
-                )) => {
-                    version = o.meta().resource_version.clone().unwrap_or_default();
-                    seen.lock().unwrap().push(o);
-                }
-                Some(Ok(WatchEvent::Bookmark(b))) => version = b.metadata.resource_version,
-                Some(Ok(WatchEvent::Error(e))) => {
-                    assert_ne!(e.code, 410, "the watch's resume point is gone: {e:?}");
-                    eprintln!("watch error event: {e:?}");
-                    break;
-                }
-                Some(Err(e)) => {
-                    eprintln!("watch stream from {version}: {e}");
-                    break;
-                }
-                None => break,
-            }
-        }
-        resumes += 1;
-    }
-    resumes
-}
-
-pub(crate) fn ready(node: &Node) -> bool {
-    node.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 /// The member of `group` that leads now by its own log (started, not stopped since).
@@ -521,4 +296,137 @@ pub(crate) fn check_intervals(leading: &[(String, Lead, Instant)], group: &[&str
         );
     }
     assert!(intervals.len() >= 2, "{group:?}: a takeover happened");
+}
+
+/// SIGSTOP of the leader of `group` past its lease, then SIGCONT. `meanwhile` runs right after the
+/// SIGSTOP (its work needs the standby, which must take over within [`RECOVERY_BOUND`]) and returns
+/// a figure; after SIGCONT the woken leader must log "stopped leading" within 3 s and exit. The
+/// member is started again. Returns the figures.
+pub(crate) async fn freeze_leader<F, Fut>(
+    group: &mut [Member; 2],
+    leading: &Leading,
+    meanwhile: F,
+) -> String
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = String>,
+{
+    let names = [group[0].name.clone(), group[1].name.clone()];
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    let i = wait_for(&format!("a leader of {names:?}"), || async {
+        leader_of(leading, &[&group[0], &group[1]])
+    })
+    .await;
+    let t = Instant::now();
+    group[i].signal("-STOP");
+    // A frozen process does nothing: it stops leading now, whatever it will log later.
+    leading
+        .lock()
+        .unwrap()
+        .push((group[i].name.clone(), Lead::Stop, t));
+    let done = meanwhile().await;
+    let took = wait_for(&format!("the standby of {names:?} leads"), || async {
+        started_after(leading, &names, t)
+    })
+    .await
+    .duration_since(t);
+    assert!(took < RECOVERY_BOUND, "takeover after {took:?}");
+    let cont = Instant::now();
+    group[i].signal("-CONT");
+    let name = group[i].name.clone();
+    let noticed = wait_for(&format!("the woken {name} stops leading"), || {
+        let log = leading.lock().unwrap();
+        let at = log
+            .iter()
+            .find(|(n, l, at)| *n == name && *l == Lead::Stop && *at > cont)
+            .map(|(_, _, at)| at.duration_since(cont));
+        async move { at }
+    })
+    .await;
+    assert!(
+        noticed < Duration::from_secs(3),
+        "{name} led on for {noticed:?} after SIGCONT"
+    );
+    let member = &mut group[i];
+    wait_for(&format!("the woken {name} exits"), || {
+        let gone = member.exited();
+        async move { gone.then_some(()) }
+    })
+    .await;
+    let exited = cont.elapsed();
+    group[i].start(leading);
+    format!(
+        "{name} SIGSTOP: standby leads after {took:?}, {done}; after SIGCONT the old one logged \
+         'stopped leading' in {noticed:?} and exited in {exited:?}"
+    )
+}
+
+/// A bare pod in `ha` created now; returns once it is bound, then (after the scheduler that was
+/// frozen meanwhile has exited, which the caller waits for) [`bound_once`] checks it.
+pub(crate) async fn pod_bound(client: &kube::Client, name: &str) -> Duration {
+    let t = Instant::now();
+    let pod: Pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "namespace": "ha"},
+        "spec": {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10"}]}
+    }))
+    .unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), "ha");
+    wait_for("the pod created", || {
+        let (pods, pod) = (pods.clone(), pod.clone());
+        async move {
+            match pods.create(&PostParams::default(), &pod).await {
+                Ok(_) => Some(()),
+                Err(kube::Error::Api(e)) if e.code == 409 => Some(()),
+                Err(_) => None,
+            }
+        }
+    })
+    .await;
+    wait_for(&format!("pod {name} bound"), || {
+        let pods = pods.clone();
+        async move {
+            let p = pods.get(name).await.ok()?;
+            p.spec?.node_name.map(|_| ())
+        }
+    })
+    .await;
+    t.elapsed()
+}
+
+/// The pod was bound exactly once: one `Scheduled` event names it (the woken scheduler, had it
+/// bound it again, would have recorded a second one or a failed binding), and its node is the one
+/// that event names.
+pub(crate) async fn bound_once(client: &kube::Client, name: &str) {
+    let events: Api<Event> = Api::namespaced(client.clone(), "ha");
+    let scheduled = wait_for(&format!("pod {name}'s Scheduled event"), || {
+        let events = events.clone();
+        async move {
+            let list = events.list(&ListParams::default()).await.ok()?;
+            let scheduled: Vec<Event> = list
+                .items
+                .into_iter()
+                .filter(|e| {
+                    e.involved_object.name.as_deref() == Some(name)
+                        && e.involved_object.kind.as_deref() == Some("Pod")
+                        && e.reason.as_deref() == Some("Scheduled")
+                })
+                .collect();
+            (!scheduled.is_empty()).then_some(scheduled)
+        }
+    })
+    .await;
+    let node = Api::<Pod>::namespaced(client.clone(), "ha")
+        .get(name)
+        .await
+        .expect("pod")
+        .spec
+        .and_then(|s| s.node_name)
+        .expect("bound");
+    let counts: Vec<i32> = scheduled.iter().map(|e| e.count.unwrap_or(1)).collect();
+    assert_eq!(counts, [1], "pod {name} bound once: {scheduled:?}");
+    let message = scheduled[0].message.clone().unwrap_or_default();
+    assert!(
+        message.contains(&format!("to {node}")),
+        "Scheduled event {message:?} names node {node}"
+    );
 }

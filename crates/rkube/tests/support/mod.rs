@@ -388,3 +388,24 @@ macro_rules! on_both_backends {
         }
     };
 }
+
+/// The 410 a watch of `api` from `rv` gets (an ERROR event first in the stream, as upstream's
+/// watch cache answers, or the response's status); `None` when the watch is accepted (no error
+/// within its first event or 5 s).
+pub async fn watch_expired<K>(api: &kube::Api<K>, rv: &str) -> Option<kube::core::Status>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug + 'static,
+{
+    use futures::StreamExt;
+    let params = kube::api::WatchParams::default().timeout(2);
+    let stream = match api.watch(&params, rv).await {
+        Ok(s) => s,
+        Err(kube::Error::Api(e)) if e.code == 410 => return Some(*e),
+        Err(e) => panic!("watch from {rv}: {e}"),
+    };
+    futures::pin_mut!(stream);
+    match tokio::time::timeout(Duration::from_secs(5), stream.next()).await {
+        Ok(Some(Ok(kube::api::WatchEvent::Error(e)))) if e.code == 410 => Some(*e),
+        _ => None,
+    }
+}

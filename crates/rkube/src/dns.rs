@@ -335,9 +335,15 @@ pub async fn run(args: DnsArgs) -> Result<(), String> {
         "rkube: cluster DNS for {} on {}",
         args.cluster_domain, server.addr
     );
+    // SIGTERM as SIGINT: supervisors stop a process with SIGTERM.
+    let signal = apiserver::shutdown::signalled();
+    tokio::pin!(signal);
     loop {
         tokio::select! {
-            _ = tokio::signal::ctrl_c() => return Ok(()),
+            name = &mut signal => {
+                eprintln!("rkube dns: {name}: stopping");
+                return Ok(());
+            }
             _ = tokio::time::sleep(Duration::from_secs(1)) => {
                 if !server.is_running() {
                     return Err("the DNS server stopped".into());

@@ -75,12 +75,8 @@ fn identity() -> String {
 /// SIGINT or SIGTERM. Supervisors (systemd, the kubelet for static pods) stop a component with
 /// SIGTERM; upstream's components treat both alike, so the lease is given back either way.
 async fn stop_signal() -> Result<(), String> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut term = signal(SignalKind::terminate()).map_err(|e| e.to_string())?;
-    tokio::select! {
-        r = tokio::signal::ctrl_c() => r.map_err(|e| e.to_string()),
-        _ = term.recv() => Ok(()),
-    }
+    apiserver::shutdown::signalled().await;
+    Ok(())
 }
 
 /// Runs `component` while this process leads (or at once with `--leader-elect=false`). Returns when

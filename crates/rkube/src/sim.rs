@@ -86,9 +86,12 @@ pub async fn run(args: SimArgs) -> Result<(), String> {
     let started = std::time::Instant::now();
     let _sim = sim::Simulator::start(client, args.flags.config(args.nodes)).await?;
     eprintln!(
-        "rkube sim: {} nodes registered in {:.1}s; running (Ctrl-C stops)",
+        "rkube sim: {} nodes registered in {:.1}s; running (Ctrl-C or SIGTERM stops)",
         args.nodes,
         started.elapsed().as_secs_f64()
     );
-    tokio::signal::ctrl_c().await.map_err(|e| e.to_string())
+    // Supervisors stop a process with SIGTERM; its default action would kill it mid-write.
+    let signal = apiserver::shutdown::signalled().await;
+    eprintln!("rkube sim: {signal}: stopping");
+    Ok(())
 }

@@ -65,6 +65,11 @@ pub struct KubeletConfig {
     pub allowed_unsafe_sysctls: Vec<String>,
     /// `--seccomp-default`: containers without a seccomp profile get RuntimeDefault, not Unconfined.
     pub seccomp_default: bool,
+    /// The CDI spec directories of the runtime (containerd's `cdi_spec_dirs`, later ones
+    /// overriding earlier ones). Upstream's kubelet has no such setting: it hands CDI device IDs to
+    /// the runtime, which reads the specs; rkube's kubelet reads them too, to apply their
+    /// environment itself for containerd 1.6, whose CRI ignores CDI devices.
+    pub cdi_spec_dirs: Vec<PathBuf>,
 }
 
 impl KubeletConfig {
@@ -103,6 +108,7 @@ impl KubeletConfig {
             pod_infra_image: crate::containerd::DEFAULT_SANDBOX_IMAGE.into(),
             allowed_unsafe_sysctls: Vec::new(),
             seccomp_default: false,
+            cdi_spec_dirs: crate::dra::cdi::SPEC_DIRS.iter().map(Into::into).collect(),
         }
     }
 

@@ -32,6 +32,8 @@ pub struct ContainerdOptions {
     pub sandbox_image: String,
     /// Run containerd inside this network namespace (a file such as /run/netns/NAME).
     pub netns: Option<PathBuf>,
+    /// containerd's `cdi_spec_dirs` (later ones override earlier ones).
+    pub cdi_spec_dirs: Vec<PathBuf>,
 }
 
 impl ContainerdOptions {
@@ -42,6 +44,7 @@ impl ContainerdOptions {
             cni_conf_dir: dir.join("cni").join("net.d"),
             sandbox_image: DEFAULT_SANDBOX_IMAGE.into(),
             netns: None,
+            cdi_spec_dirs: crate::dra::cdi::SPEC_DIRS.iter().map(Into::into).collect(),
         }
     }
 
@@ -98,6 +101,10 @@ state = {state}
   stream_server_port = "0"
   enable_unprivileged_ports = true
   enable_unprivileged_icmp = true
+  # CDI devices of DRA drivers (containerd 1.7+ applies them; 1.6 ignores both keys and the
+  # kubelet applies the specs' environment itself from the same directories).
+  enable_cdi = true
+  cdi_spec_dirs = [{cdi_dirs}]
 
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"
@@ -119,6 +126,12 @@ state = {state}
         sandbox = toml_string(&o.sandbox_image),
         cni_bin = q(&o.cni_bin_dir),
         cni_conf = q(&o.cni_conf_dir),
+        cdi_dirs = o
+            .cdi_spec_dirs
+            .iter()
+            .map(|d| q(d))
+            .collect::<Vec<_>>()
+            .join(", "),
     )
 }
 
@@ -295,9 +308,13 @@ mod tests {
             "restrict_oom_score_adj = true",
             "SystemdCgroup = false",
             r#"sandbox_image = "registry.k8s.io/pause:3.10""#,
+            "enable_cdi = true",
+            r#"cdi_spec_dirs = ["/etc/cdi", "/var/run/cdi"]"#,
         ] {
             assert!(toml.contains(want), "missing {want} in\n{toml}");
         }
+        o.cdi_spec_dirs = vec![PathBuf::from("/tmp/cdi")];
+        assert!(config_toml(&o).contains(r#"cdi_spec_dirs = ["/tmp/cdi"]"#));
     }
 
     #[test]

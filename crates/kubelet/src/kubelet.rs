@@ -125,7 +125,7 @@ impl Kubelet {
             status: StatusManager::new(client.clone(), &config.node_name),
             dra: Arc::new(crate::dra::Manager::new(
                 &config.root_dir,
-                crate::dra::cdi::SPEC_DIRS.iter().map(Into::into).collect(),
+                config.cdi_spec_dirs.clone(),
             )),
             allocations: crate::sync::resize::Allocations::load(&config.root_dir),
             admitted: Default::default(),

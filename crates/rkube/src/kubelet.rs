@@ -70,6 +70,13 @@ pub struct KubeletFlags {
     /// Containers without a seccomp profile run with the runtime's default profile, not Unconfined.
     #[arg(long)]
     pub seccomp_default: bool,
+    /// The CDI spec directories, comma-separated, later ones overriding earlier ones (default
+    /// /etc/cdi,/var/run/cdi): containerd's `cdi_spec_dirs`, written into the config of the
+    /// containerd rkube starts, and where the kubelet reads the specs' environment (containerd
+    /// 1.6 does not apply CDI devices). Not an upstream kubelet flag: upstream leaves the
+    /// directories to the runtime's config; with an external runtime, give its directories here.
+    #[arg(long, value_delimiter = ',')]
+    pub containerd_cdi_spec_dirs: Vec<PathBuf>,
 }
 
 #[derive(Args, Debug)]
@@ -174,6 +181,9 @@ impl KubeletFlags {
             .map_err(|e| format!("--allowed-unsafe-sysctls: {e}"))?;
         c.allowed_unsafe_sysctls = self.allowed_unsafe_sysctls.clone();
         c.seccomp_default = self.seccomp_default;
+        if !self.containerd_cdi_spec_dirs.is_empty() {
+            c.cdi_spec_dirs = self.containerd_cdi_spec_dirs.clone();
+        }
         c.port = port;
         Ok(c)
     }
@@ -442,6 +452,9 @@ async fn start_node(
             let mut options = kubelet::containerd::ContainerdOptions::new(&containerd_dir);
             if let Some(name) = &flags.pod_network_namespace {
                 options.netns = Some(kubelet::netns::ensure_named(name)?);
+            }
+            if !flags.containerd_cdi_spec_dirs.is_empty() {
+                options.cdi_spec_dirs = flags.containerd_cdi_spec_dirs.clone();
             }
             std::fs::create_dir_all(&options.dir)
                 .map_err(|e| format!("{}: {e}", options.dir.display()))?;

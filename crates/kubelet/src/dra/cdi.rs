@@ -1,17 +1,19 @@
 //! Container Device Interface specs, as far as this node uses them: containerd 1.6 cannot inject
 //! CDI devices itself (its CRI learnt `CDIDevices` in 1.7), so the kubelet reads the spec files
-//! drivers write (JSON or YAML, in `/etc/cdi` and `/var/run/cdi`, the latter winning) and applies
+//! drivers write (JSON or YAML, in the runtime's CDI spec directories, containerd's
+//! `cdi_spec_dirs`: `/etc/cdi` and `/var/run/cdi` by default, the latter winning) and applies
 //! their environment edits to the container config. Device nodes, mounts and hooks are not applied
-//! (see the notes).
+//! (see the notes); the device IDs also go to the runtime in the CRI's `CDIDevices`, as upstream
+//! passes them, for a containerd that does apply them.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-/// The directories searched, highest priority first (CDI's defaults: later ones override
-/// `/etc/cdi`).
-pub const SPEC_DIRS: &[&str] = &["/var/run/cdi", "/etc/cdi"];
+/// The spec directories of CDI and containerd by default, in their order: a spec in a later one
+/// overrides one of the same device in an earlier one.
+pub const SPEC_DIRS: &[&str] = &["/etc/cdi", "/var/run/cdi"];
 /// A spec file larger than this is refused (a driver-written file; the bound keeps a broken one
 /// from filling memory).
 const MAX_SPEC_BYTES: u64 = 4 << 20;
@@ -79,7 +81,8 @@ pub fn parse_spec(text: &str, path: &str) -> Result<Spec, CdiError> {
 
 /// The environment the devices add, in order, a later value of a name replacing an earlier one
 /// (CDI's edits replace variables of the same name): each spec's own edits, then the device's.
-/// `specs` are in priority order; the first spec of a kind that has the device wins.
+/// `specs` are in priority order (as [`load_specs`] returns them); the first spec of a kind that
+/// has the device wins.
 pub fn device_env(specs: &[Spec], ids: &[String]) -> Result<Vec<(String, String)>, CdiError> {
     let mut env: Vec<(String, String)> = Vec::new();
     let mut missing = Vec::new();
@@ -110,11 +113,12 @@ pub fn device_env(specs: &[Spec], ids: &[String]) -> Result<Vec<(String, String)
     Ok(env)
 }
 
-/// Reads every `*.json`/`*.yaml`/`*.yml` spec of `dirs` (priority order; missing directories are
-/// empty). Unreadable or invalid files are skipped with a warning, as CDI's registry does.
+/// Reads every `*.json`/`*.yaml`/`*.yml` spec of `dirs` (in CDI's order, later directories
+/// overriding earlier ones; missing directories are empty) and returns them highest priority
+/// first. Unreadable or invalid files are skipped with a warning, as CDI's registry does.
 pub fn load_specs(dirs: &[PathBuf]) -> Vec<Spec> {
     let mut out = Vec::new();
-    for dir in dirs {
+    for dir in dirs.iter().rev() {
         let Ok(entries) = std::fs::read_dir(dir) else {
             continue;
         };
@@ -221,9 +225,9 @@ mod tests {
         std::fs::write(high.path().join("broken.json"), "{").unwrap();
         std::fs::write(high.path().join("notes.txt"), "ignored").unwrap();
         let specs = load_specs(&[
-            high.path().to_path_buf(),
-            low.path().to_path_buf(),
             PathBuf::from("/nonexistent/cdi"),
+            low.path().to_path_buf(),
+            high.path().to_path_buf(),
         ]);
         assert_eq!(specs.len(), 2);
         let env = device_env(&specs, &["example.com/gpu=gpu-0".into()]).unwrap();

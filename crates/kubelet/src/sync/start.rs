@@ -109,8 +109,8 @@ impl Kubelet {
         };
         // The pod's claims are prepared by their drivers before its first container starts; the
         // devices' CDI environment goes into each container that names the claim.
-        let dra_env = match self.prepare_dynamic_resources(pod, c).await {
-            Ok(env) => env,
+        let (dra_env, cdi_devices) = match self.prepare_dynamic_resources(pod, c).await {
+            Ok(found) => found,
             Err(e) => {
                 self.event(
                     &cref,
@@ -132,6 +132,11 @@ impl Kubelet {
                         .into_iter()
                         .map(|(key, value)| crate::cri::api::KeyValue { key, value }),
                 );
+                // As upstream: the runtime gets the device IDs (containerd 1.7+ applies the specs).
+                cfg.cdi_devices = cdi_devices
+                    .into_iter()
+                    .map(|name| crate::cri::api::CdiDevice { name })
+                    .collect();
                 cfg
             }
             Err(e) => {
@@ -298,12 +303,12 @@ impl Kubelet {
 
 impl Kubelet {
     /// Prepares the pod's ResourceClaims (read from the API server; each must be reserved for
-    /// the pod) and returns the environment the container's devices add.
+    /// the pod) and returns the environment the container's devices add and their CDI IDs.
     async fn prepare_dynamic_resources(
         &self,
         pod: &Pod,
         c: &Container,
-    ) -> Result<Vec<(String, String)>, String> {
+    ) -> Result<(Vec<(String, String)>, Vec<String>), String> {
         use k8s_openapi::api::resource::v1::ResourceClaim;
         let entries = pod
             .spec
@@ -311,7 +316,7 @@ impl Kubelet {
             .and_then(|s| s.resource_claims.as_deref())
             .unwrap_or(&[]);
         if entries.is_empty() {
-            return Ok(Vec::new());
+            return Ok(Default::default());
         }
         let client = self
             .client
@@ -349,8 +354,10 @@ impl Kubelet {
             .prepare_claims(pod, &claims)
             .await
             .map_err(|e| e.to_string())?;
-        self.dra
+        let env = self
+            .dra
             .container_env(&ns, c, &names)
-            .map_err(|e| e.to_string())
+            .map_err(|e| e.to_string())?;
+        Ok((env, self.dra.container_cdi_ids(&ns, c, &names)))
     }
 }

@@ -1,9 +1,12 @@
 //! The kubelet's DRA side on a real node, with a small example driver written in Rust in this test
 //! (`kubelet::dra::proto::serve`): it registers through the kubelet's `plugins_registry`
-//! directory, prepares claims by returning a CDI device ID whose spec (written to `/var/run/cdi`,
-//! removed at the end) sets `EXAMPLE_GPU`; a pod bound to the node with a claim allocated to that
-//! driver (by the test, as the scheduler would; the resource claim controller reserves it for the
-//! pod) gets the variable in its container, and the claim is unprepared when the pod goes.
+//! directory, prepares claims by returning a CDI device ID whose spec (written to a CDI spec
+//! directory of the test's own, given to the node with `--containerd-cdi-spec-dirs`; never the
+//! machine's /etc/cdi or /var/run/cdi) sets `EXAMPLE_GPU`; a pod bound to the node with a claim
+//! allocated to that driver (by the test, as the scheduler would; the resource claim controller
+//! reserves it for the pod) gets the variable in its container, and the claim is unprepared when
+//! the pod goes. Across kubelet restarts the claim stays prepared (the `dra_manager_state`
+//! checkpoint), and a pod deleted while the kubelet is down has its claim unprepared after.
 //!
 //! Needs root, containerd, runc, the CNI plugins and `scripts/images.sh`'s busybox (as `kubelet.rs`).
 
@@ -11,12 +14,12 @@
 mod real_node;
 mod support;
 
-use std::path::PathBuf;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use kubelet::dra::proto::*;
-use real_node::{wait_for, RealNode};
+use real_node::{container_status, wait_for, RealNode, NODE};
 
 const TIMEOUT: Duration = Duration::from_secs(120);
 const DRIVER: &str = "gpu.example.com";
@@ -50,7 +53,7 @@ impl Driver for ExampleDriver {
             self.prepared.lock().unwrap().push(c.name.clone());
             let device = Device {
                 request_names: vec!["gpu".into()],
-                pool_name: real_node::NODE.into(),
+                pool_name: NODE.into(),
                 device_name: "gpu-0".into(),
                 cdi_device_ids: vec![self.cdi_id.clone()],
             };
@@ -75,25 +78,14 @@ impl Driver for ExampleDriver {
     }
 }
 
-/// Removes the CDI spec this test wrote to the machine's CDI directory.
-struct SpecFile(PathBuf);
-
-impl Drop for SpecFile {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
-#[test]
-fn the_example_driver_prepares_a_claim_and_its_env_reaches_the_container() {
-    let node = RealNode::start(&["busybox"]);
-    let pid = std::process::id();
-    // A kind and device of this run's own, so parallel runs and real specs do not mix.
-    let kind = format!("rkube-test-{pid}.example.com/gpu");
-    std::fs::create_dir_all("/var/run/cdi").unwrap();
-    let spec = SpecFile(PathBuf::from(format!("/var/run/cdi/rkube-test-{pid}.json")));
+/// A real node whose CDI spec directory is `cdi_dir`, with the example driver registered and its
+/// spec written there, and the pod `trainer` running with claim `gpu` allocated to the driver.
+fn node_with_a_dra_pod(cdi_dir: &Path) -> (RealNode, Arc<ExampleDriver>) {
+    let dir = cdi_dir.display().to_string();
+    let node = RealNode::start_with(&["busybox"], &["--containerd-cdi-spec-dirs", &dir]);
+    let kind = "example.com/gpu";
     std::fs::write(
-        &spec.0,
+        cdi_dir.join("example-gpu.json"),
         serde_json::json!({"cdiVersion": "0.6.0", "kind": kind, "devices": [
             {"name": "gpu-0", "containerEdits": {"env": ["EXAMPLE_GPU=gpu-0"]}}]})
         .to_string(),
@@ -146,7 +138,7 @@ spec:
         "--type=merge",
         "-p",
         &serde_json::json!({"status": {"allocation": {"devices": {"results": [
-            {"request": "gpu", "driver": DRIVER, "pool": real_node::NODE, "device": "gpu-0"}]}}}})
+            {"request": "gpu", "driver": DRIVER, "pool": NODE, "device": "gpu-0"}]}}}})
         .to_string(),
     ]);
     node.apply(&format!(
@@ -154,7 +146,7 @@ spec:
 kind: Pod
 metadata: {{name: trainer}}
 spec:
-  nodeName: {}
+  nodeName: {NODE}
   terminationGracePeriodSeconds: 0
   resourceClaims: [{{name: gpu, resourceClaimName: gpu}}]
   containers:
@@ -162,21 +154,130 @@ spec:
     image: busybox
     command: [sh, -c, 'echo \"gpu=$EXAMPLE_GPU\"; sleep 3600']
     resources: {{claims: [{{name: gpu}}]}}
-",
-        real_node::NODE
+"
     ));
-    let pod = node.wait_pod("trainer", "running", TIMEOUT, |p| {
-        p["status"]["phase"] == "Running"
-    });
-    assert_eq!(*driver.prepared.lock().unwrap(), ["gpu"]);
-    let log = wait_for("the container's output", TIMEOUT, || {
-        let log = node.log(&pod, "c", 0);
+    (node, driver)
+}
+
+fn wait_running(node: &RealNode) -> serde_json::Value {
+    node.wait_pod("trainer", "running", TIMEOUT, |p| {
+        p["status"]["phase"] == "Running" && container_status(p, "c")["ready"] == true
+    })
+}
+
+fn wait_log(node: &RealNode, pod: &serde_json::Value, attempt: u32) -> String {
+    wait_for("the container's output", TIMEOUT, || {
+        let log = node.log(pod, "c", attempt);
         log.contains("gpu=").then_some(log)
+    })
+}
+
+fn wait_node_ready(node: &RealNode) {
+    wait_for("the node to be Ready", TIMEOUT, || {
+        let out = node.cluster.kubectl_output(
+            &[
+                "get",
+                "node",
+                NODE,
+                "-o",
+                "jsonpath={.status.conditions[?(@.type==\"Ready\")].status}",
+            ],
+            None,
+        );
+        (String::from_utf8_lossy(&out.stdout) == "True").then_some(())
     });
-    assert_eq!(log.trim(), "gpu=gpu-0");
+}
+
+#[test]
+fn the_example_driver_prepares_a_claim_and_its_env_reaches_the_container() {
+    let cdi = tempfile::tempdir().unwrap();
+    let (node, driver) = node_with_a_dra_pod(cdi.path());
+    let pod = wait_running(&node);
+    assert_eq!(*driver.prepared.lock().unwrap(), ["gpu"]);
+    assert_eq!(wait_log(&node, &pod, 0).trim(), "gpu=gpu-0");
+    // The containerd config rkube wrote names the test's directory, not the machine's.
+    let config = std::fs::read_to_string(node.data.join("containerd/containerd.toml")).unwrap();
+    assert!(
+        config.contains(&format!("cdi_spec_dirs = [\"{}\"]", cdi.path().display())),
+        "{config}"
+    );
 
     node.kubectl(&["delete", "pod", "trainer", "--wait=false"]);
     wait_for("the claim to be unprepared", TIMEOUT, || {
         (*driver.unprepared.lock().unwrap() == ["gpu"]).then_some(())
     });
+}
+
+/// The kubelet restarts while the pod runs: the pod keeps running, the driver registers again
+/// from the socket left in the registry directory, the claim is not prepared a second time, and
+/// a container restarted afterwards still gets the device's environment (from the checkpoint).
+/// Then the pod is deleted while the kubelet is down: once back, the kubelet unprepares its claim.
+#[test]
+fn prepared_claims_survive_kubelet_restarts() {
+    let cdi = tempfile::tempdir().unwrap();
+    let (mut node, driver) = node_with_a_dra_pod(cdi.path());
+    let before = wait_running(&node);
+    assert_eq!(wait_log(&node, &before, 0).trim(), "gpu=gpu-0");
+    let checkpoint = node.data.join("kubelet/dra_manager_state");
+    assert!(checkpoint.exists());
+
+    node.cluster.restart();
+    wait_node_ready(&node);
+    wait_for("the driver to register again", TIMEOUT, || {
+        (*driver.registered.lock().unwrap() == [true, true]).then_some(())
+    });
+    let after = wait_running(&node);
+    let (b, a) = (
+        container_status(&before, "c"),
+        container_status(&after, "c"),
+    );
+    assert_eq!(a["containerID"], b["containerID"], "the same container");
+    assert_eq!(a["restartCount"], 0);
+
+    // The container dies; the restarted kubelet starts it again with the device's environment.
+    let id = a["containerID"]
+        .as_str()
+        .unwrap()
+        .trim_start_matches("containerd://")
+        .to_string();
+    let runtime = node.runtime();
+    node.rt
+        .block_on(
+            runtime
+                .runtime
+                .clone()
+                .stop_container(kubelet::cri::api::StopContainerRequest {
+                    container_id: id,
+                    timeout: 0,
+                }),
+        )
+        .expect("StopContainer");
+    let restarted = node.wait_pod("trainer", "restarted once", TIMEOUT, |p| {
+        container_status(p, "c")["restartCount"].as_i64() >= Some(1)
+            && container_status(p, "c")["state"]["running"].is_object()
+    });
+    assert_eq!(wait_log(&node, &restarted, 1).trim(), "gpu=gpu-0");
+    assert_eq!(
+        *driver.prepared.lock().unwrap(),
+        ["gpu"],
+        "prepared once across the restart"
+    );
+    assert!(driver.unprepared.lock().unwrap().is_empty());
+
+    // The kubelet goes down; the pod is deleted meanwhile (forced: no kubelet confirms it).
+    let with_kubelet = node.cluster.extra_args().to_vec();
+    let mut without: Vec<String> = with_kubelet.clone();
+    without.push("--disable-kubelet".into());
+    node.cluster.restart_with(&without);
+    node.kubectl(&["delete", "pod", "trainer", "--force", "--grace-period=0"]);
+    assert!(driver.unprepared.lock().unwrap().is_empty());
+    node.cluster.restart_with(&with_kubelet);
+    wait_node_ready(&node);
+    wait_for("the deleted pod's claim to be unprepared", TIMEOUT, || {
+        (*driver.unprepared.lock().unwrap() == ["gpu"]).then_some(())
+    });
+    assert_eq!(*driver.prepared.lock().unwrap(), ["gpu"]);
+    let state = std::fs::read_to_string(&checkpoint).unwrap();
+    assert!(!state.contains("\\\"ClaimName\\\":\\\"gpu\\\""), "{state}");
+    node.cleanup();
 }

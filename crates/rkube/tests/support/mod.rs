@@ -190,6 +190,20 @@ impl Cluster {
         self.launch();
     }
 
+    /// Restarts the server (SIGKILL) with `extra_args` in place of its current ones, which later
+    /// restarts keep (e.g. to take the local node down while the control plane runs).
+    #[allow(dead_code)] // Not every test binary that includes this module uses it.
+    pub fn restart_with(&mut self, extra_args: &[String]) {
+        self.extra_args = extra_args.to_vec();
+        self.restart();
+    }
+
+    /// The `rkube server` flags it runs with (besides the data dir and port).
+    #[allow(dead_code)]
+    pub fn extra_args(&self) -> &[String] {
+        &self.extra_args
+    }
+
     pub fn kubectl_output(&self, args: &[&str], stdin: Option<&str>) -> Output {
         self.kubectl_with(args, stdin, &[])
     }

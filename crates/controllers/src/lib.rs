@@ -27,6 +27,7 @@
 //! - [`replicaset`]: keeps a ReplicaSet's (or ReplicationController's) pods.
 //! - [`resourceclaim`]: ResourceClaims from pods' claim templates, reservations and deallocation
 //!   (Dynamic Resource Allocation).
+//! - [`devicetainteviction`]: evicts pods whose claims' devices have NoExecute taints (DRA).
 //! - [`resourcequota`]: ResourceQuota status (hard limits and current usage).
 //! - [`rootcacertpublisher`]: the `kube-root-ca.crt` ConfigMap in every namespace.
 //! - [`serviceaccount`]: the `default` ServiceAccount in every namespace.
@@ -43,6 +44,7 @@ pub mod clusterroleaggregation;
 pub mod cronjob;
 pub mod daemonset;
 pub mod deployment;
+pub mod devicetainteviction;
 pub mod disruption;
 pub mod endpoint;
 pub mod endpointslice;
@@ -373,6 +375,14 @@ pub const CONTROLLERS: &[ControllerDescriptor] = &[
         enabled_by_default: true,
         workers: 10,
         run: |c| Box::pin(resourceclaim::run(c.client.clone(), &c.factory, c.workers)),
+    },
+    ControllerDescriptor {
+        name: devicetainteviction::CONTROLLER_NAME,
+        alias: "device-taint-eviction-controller",
+        enabled_by_default: true,
+        // Upstream's default ConcurrentSyncs.
+        workers: 10,
+        run: |c| Box::pin(devicetainteviction::run(c.client.clone(), &c.factory, c.workers)),
     },
     ControllerDescriptor {
         name: "persistentvolume-binder-controller",

@@ -16,7 +16,12 @@
 //! the netlink writer (`netlink/`), which does not parse `nft` scripts.
 //! Differs: no loadBalancerSourceRanges firewall (`firewall-ips`) and no `cluster-ips` check of
 //! unallocated ClusterIPs (they need the ServiceCIDRs); IPv4 only; the random pick among
-//! endpoints is a rule per endpoint instead of an anonymous vmap (see `write_endpoint_rules`).
+//! endpoints is a rule per endpoint instead of an anonymous vmap; Services without session
+//! affinity have no `endpoint-` chains (each endpoint is a DNAT rule of the `service-`/`local-`
+//! chain, hairpin traffic is marked in `masquerading` from the `hairpin-endpoints` set), and
+//! rules set the masquerade mark inline instead of jumping to `mark-for-masquerade` (the chain
+//! is kept, unused by Service rules). Both for the kernel's loop check on each commit: see
+//! `write_endpoint_rules`. Traffic behaviour is upstream's.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;

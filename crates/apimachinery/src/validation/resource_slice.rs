@@ -4,6 +4,8 @@
 
 use serde_json::Value;
 
+use crate::quantity::Quantity;
+
 use super::field::{ErrorList, ErrorType, FieldError, FieldPath};
 use super::json::{get, get_arr, get_bool, get_int, get_str, semantic_eq, str_or_empty};
 use super::meta::{self, immutable, validate_label_name, NameRule};
@@ -195,8 +197,20 @@ fn validate_attribute(attr: &Value, path: &FieldPath) -> ErrorList {
     errs
 }
 
-/// `validateSingleAllocatableDeviceCapacity` / `validateMultiAllocatableDeviceCapacity` (the
-/// policy's shape; its quantities are not compared).
+/// `CapacityRequestPolicyDiscreteMaxOptions`.
+const MAX_VALID_VALUES: usize = 10;
+
+/// A quantity field (a string, or a number as JSON allows); `None` if absent or not parsable
+/// (the typed decoding refuses those before validation).
+fn quantity(v: Option<&Value>) -> Option<Quantity> {
+    match v? {
+        Value::String(s) => Quantity::parse(s).ok(),
+        n @ Value::Number(_) => Quantity::parse(&n.to_string()).ok(),
+        _ => None,
+    }
+}
+
+/// `validateSingleAllocatableDeviceCapacity` / `validateMultiAllocatableDeviceCapacity`.
 fn validate_capacity(cap: &Value, multi: bool, path: &FieldPath) -> ErrorList {
     let Some(policy) = get(cap, &["requestPolicy"]) else {
         return ErrorList::new();
@@ -210,7 +224,7 @@ fn validate_capacity(cap: &Value, multi: bool, path: &FieldPath) -> ErrorList {
     }
     let values = get_arr(policy, &["validValues"]);
     let range = get(policy, &["validRange"]);
-    let has_default = get(policy, &["default"]).is_some();
+    let default = get(policy, &["default"]);
     if !values.is_empty() && range.is_some() {
         return vec![FieldError::forbidden(
             &pp,
@@ -218,13 +232,26 @@ fn validate_capacity(cap: &Value, multi: bool, path: &FieldPath) -> ErrorList {
         )];
     }
     let mut errs = ErrorList::new();
-    if !values.is_empty() && !has_default {
-        errs.push(FieldError::required(
-            &pp.child("default"),
-            "required when validValues is defined",
-        ));
+    let total = quantity(get(cap, &["value"]));
+    if !values.is_empty() {
+        match default {
+            None => errs.push(FieldError::required(
+                &pp.child("default"),
+                "required when validValues is defined",
+            )),
+            Some(d) => {
+                if let (Some(d), Some(total)) = (quantity(Some(d)), total) {
+                    errs.extend(validate_valid_values(
+                        d,
+                        total,
+                        values,
+                        &pp.child("validValues"),
+                    ));
+                }
+            }
+        }
     } else if let Some(r) = range {
-        if !has_default {
+        if default.is_none() {
             errs.push(FieldError::required(
                 &pp.child("default"),
                 "required when validRange is defined",
@@ -234,6 +261,129 @@ fn validate_capacity(cap: &Value, multi: bool, path: &FieldPath) -> ErrorList {
                 &pp.child("validRange").child("min"),
                 "required when validRange is defined",
             ));
+        } else if let (Some(d), Some(total)) = (quantity(default), total) {
+            errs.extend(validate_range(d, total, r, &pp.child("validRange")));
+        }
+    }
+    errs
+}
+
+/// `validateRequestPolicyValidValues`: ascending, at most ten, none over the capacity, no
+/// duplicates, the default among them.
+fn validate_valid_values(
+    default: Quantity,
+    total: Quantity,
+    values: &[Value],
+    path: &FieldPath,
+) -> ErrorList {
+    if values.len() > MAX_VALID_VALUES {
+        return vec![FieldError::too_many(path, values.len(), MAX_VALID_VALUES)];
+    }
+    let qs: Vec<Option<Quantity>> = values.iter().map(|v| quantity(Some(v))).collect();
+    let mut errs = ErrorList::new();
+    for (i, w) in qs.windows(2).enumerate() {
+        if let [Some(a), Some(b)] = w {
+            if a > b {
+                errs.push(FieldError::invalid(
+                    &path.index(i + 1),
+                    b.to_string(),
+                    "values must be sorted in ascending order",
+                ));
+            }
+        }
+    }
+    let mut found = false;
+    let mut seen = Vec::new();
+    for (i, q) in qs.iter().enumerate() {
+        let Some(q) = q else { continue };
+        if *q > total {
+            errs.push(FieldError::invalid(
+                &path.index(i),
+                q.to_string(),
+                format!("option is larger than capacity value: {total}"),
+            ));
+        }
+        found |= *q == default;
+        // Upstream keys the set by the whole-unit value.
+        if seen.contains(&q.value()) {
+            errs.push(FieldError::duplicate(&path.index(i), q.to_string()));
+        }
+        seen.push(q.value());
+    }
+    if !found {
+        errs.push(FieldError::invalid(
+            path,
+            default.to_string(),
+            "default value is not valid according to the requestPolicy",
+        ));
+    }
+    errs
+}
+
+/// `validateRequestPolicyRange`.
+fn validate_range(default: Quantity, total: Quantity, r: &Value, path: &FieldPath) -> ErrorList {
+    let mut errs = ErrorList::new();
+    let Some(min) = quantity(get(r, &["min"])) else {
+        return errs;
+    };
+    let (mp, xp, sp) = (path.child("min"), path.child("max"), path.child("step"));
+    if min > total {
+        errs.push(FieldError::invalid(
+            &mp,
+            min.to_string(),
+            format!("min is larger than capacity value: {total}"),
+        ));
+    }
+    if default < min {
+        errs.push(FieldError::invalid(
+            &mp,
+            default.to_string(),
+            format!("default is less than min: {min}"),
+        ));
+    }
+    let max = quantity(get(r, &["max"]));
+    if let Some(max) = max {
+        if min > max {
+            errs.push(FieldError::invalid(
+                &xp,
+                min.to_string(),
+                format!("min is larger than max: {max}"),
+            ));
+        }
+        if max > total {
+            errs.push(FieldError::invalid(
+                &xp,
+                max.to_string(),
+                format!("max is larger than capacity value: {total}"),
+            ));
+        }
+        if default > max {
+            errs.push(FieldError::invalid(
+                &xp,
+                default.to_string(),
+                format!("default is more than max: {max}"),
+            ));
+        }
+    }
+    if let Some(step) = quantity(get(r, &["step"])) {
+        let added = min.add(&step);
+        if added > total {
+            errs.push(FieldError::invalid(
+                &sp,
+                step.to_string(),
+                format!("one step {added} is larger than capacity value: {total}"),
+            ));
+        }
+        // A zero step would divide by zero (upstream panics); nothing is a multiple of it.
+        for v in std::iter::once(default).chain(max) {
+            let s = i128::from(step.value());
+            if s == 0 || (i128::from(v.value()) - i128::from(min.value())) % s != 0 {
+                errs.push(FieldError::invalid(
+                    &sp,
+                    v.to_string(),
+                    format!("value is not a multiple of a given step ({step}) from ({min})"),
+                ));
+            }
         }
     }
     errs

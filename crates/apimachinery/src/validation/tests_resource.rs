@@ -412,3 +412,36 @@ fn slice_device_limits() {
         vec!["spec.devices[0]: Invalid value: 33: the total number of attributes and capacities must not exceed 32"]
     );
 }
+
+#[test]
+fn capacity_request_policies_are_checked_against_the_capacity() {
+    let slice = |caps: Value| {
+        json!({"metadata": {"name": "s"}, "spec": {
+            "driver": "d.example.com", "nodeName": "n",
+            "pool": {"name": "p", "generation": 0, "resourceSliceCount": 1},
+            "devices": [{"name": "dev", "allowMultipleAllocations": true, "capacity": caps}]}})
+    };
+    let good = slice(json!({
+        "mem": {"value": "8Gi", "requestPolicy": {"default": "1Gi",
+            "validRange": {"min": "1Gi", "max": "4Gi", "step": "1Gi"}}},
+        "bw": {"value": "100", "requestPolicy": {"default": "10", "validValues": ["10", "20"]}}}));
+    assert_eq!(errs("ResourceSlice", &good), Vec::<String>::new());
+    let p = "spec.devices[0].capacity";
+    let bad = slice(json!({
+        "mem": {"value": "8Gi", "requestPolicy": {"default": "1536Mi",
+            "validRange": {"min": "1Gi", "max": "16Gi", "step": "1Gi"}}},
+        "bw": {"value": "100", "requestPolicy": {"default": "15",
+            "validValues": ["20", "10", "200", "20"]}}}));
+    assert_eq!(
+        errs("ResourceSlice", &bad),
+        vec![
+            format!("{p}[mem].requestPolicy.validRange.max: Invalid value: \"16Gi\": max is larger than capacity value: 8Gi"),
+            format!("{p}[mem].requestPolicy.validRange.step: Invalid value: \"1536Mi\": value is not a multiple of a given step (1Gi) from (1Gi)"),
+            format!("{p}[bw].requestPolicy.validValues[1]: Invalid value: \"10\": values must be sorted in ascending order"),
+            format!("{p}[bw].requestPolicy.validValues[3]: Invalid value: \"20\": values must be sorted in ascending order"),
+            format!("{p}[bw].requestPolicy.validValues[2]: Invalid value: \"200\": option is larger than capacity value: 100"),
+            format!("{p}[bw].requestPolicy.validValues[3]: Duplicate value: \"20\""),
+            format!("{p}[bw].requestPolicy.validValues: Invalid value: \"15\": default value is not valid according to the requestPolicy"),
+        ]
+    );
+}

@@ -265,8 +265,7 @@ impl Informers {
                 );
             }};
         }
-        on_changes!(self.pvcs, EventResource::PersistentVolumeClaim);
-        on_changes!(self.pvs, EventResource::PersistentVolume);
+        self.volume_handlers(&shared);
         on_changes!(self.storage_classes, EventResource::StorageClass);
         on_changes!(self.csi_nodes, EventResource::CSINode);
         on_changes!(self.namespaces, EventResource::Namespace);
@@ -279,6 +278,48 @@ impl Informers {
 }
 
 impl Informers {
+    /// Claim and volume events with VolumeBinding's queueing hints: a claim's change moves only
+    /// the pods that use it, a volume's only pods whose claims all exist.
+    fn volume_handlers(&self, shared: &Arc<Shared>) {
+        use crate::plugins::volume_binding::{pod_uses_claim, volume_change_may_help};
+        let claim_event = |shared: &Arc<Shared>, pods: &Arc<Store<Pod>>| {
+            let (shared, pods) = (shared.clone(), pods.clone());
+            move |claim: &PersistentVolumeClaim, a: u32| {
+                let interest = shared.interest();
+                let concerns = |k: &str| pods.get(k).is_some_and(|p| pod_uses_claim(&p, claim));
+                let e = ClusterEvent::new(EventResource::PersistentVolumeClaim, a);
+                shared.queue.on_event_for(e, &interest, &concerns);
+            }
+        };
+        let pods = self.pods.store();
+        let (on_add, on_update) = (claim_event(shared, &pods), claim_event(shared, &pods));
+        self.pvcs.add_event_handler(
+            EventHandlerFuncs::new()
+                .on_add(move |c: &Arc<PersistentVolumeClaim>, _| on_add(c, action::ADD))
+                .on_update(move |_, c: &Arc<PersistentVolumeClaim>| {
+                    on_update(c, action::UPDATE_OTHER)
+                }),
+        );
+        let volume_event = |shared: &Arc<Shared>| {
+            let (shared, pods, claims) = (shared.clone(), pods.clone(), self.pvcs.store());
+            move |a: u32| {
+                let interest = shared.interest();
+                let concerns = |k: &str| {
+                    pods.get(k)
+                        .is_some_and(|p| volume_change_may_help(&p, |c| claims.get(c).is_some()))
+                };
+                let e = ClusterEvent::new(EventResource::PersistentVolume, a);
+                shared.queue.on_event_for(e, &interest, &concerns);
+            }
+        };
+        let (on_add, on_update) = (volume_event(shared), volume_event(shared));
+        self.pvs.add_event_handler(
+            EventHandlerFuncs::new()
+                .on_add(move |_, _| on_add(action::ADD))
+                .on_update(move |_, _| on_update(action::UPDATE_OTHER)),
+        );
+    }
+
     /// Claims feed the DRA tracker and wake the pods PreEnqueue kept out for a missing claim;
     /// slices invalidate the plugin's slice index.
     fn dra_handlers(&self, shared: &Arc<Shared>) {

@@ -7,7 +7,8 @@
 //! A claim no available PV fits is feasible if its class has a provisioner whose allowed
 //! topologies admit the node; PreBind then sets the claim's `volume.kubernetes.io/selected-node`
 //! and waits for the volume to be provisioned and bound (a claim that already has a selected node
-//! fits only that node). Not done: the assume cache (two pods scheduled at once may pick one PV;
+//! fits only that node). Claim events move only the pods that use the claim, and volume events
+//! only pods whose claims all exist (upstream's queueing hints, [`pod_uses_claim`]). Not done: the assume cache (two pods scheduled at once may pick one PV;
 //! the second's PreBind fails on the volume's resourceVersion and the pod is retried), CSI
 //! storage capacity and scoring.
 
@@ -154,6 +155,29 @@ fn pv_node_matches(pv: &PersistentVolume, node: &NodeInfo) -> bool {
         Some(sel) => node_selector_matches(sel, node),
         None => true,
     }
+}
+
+/// Upstream `isSchedulableAfterPersistentVolumeClaimChange` (and the same hint of VolumeZone,
+/// VolumeRestrictions and NodeVolumeLimits): a claim's change can only help a pod that uses it.
+pub fn pod_uses_claim(pod: &Pod, claim: &PersistentVolumeClaim) -> bool {
+    pod.metadata.namespace == claim.metadata.namespace
+        && claim.metadata.name.as_deref().is_some_and(|name| {
+            apimachinery::volumes::pod_claims(pod)
+                .iter()
+                .any(|(c, _)| c == name)
+        })
+}
+
+/// Whether a volume's change may help `pod`: not while one of its claims is missing (PreFilter
+/// rejects it for that whatever the volumes are; the claim's own Add event brings it back).
+/// StatefulSet pods are created right after their claims, so the scheduler often sees a pod
+/// before its claim, and moving such pods on each of the many volume writes of a busy cluster
+/// made them fail again and again.
+pub fn volume_change_may_help(pod: &Pod, claim_exists: impl Fn(&str) -> bool) -> bool {
+    let ns = pod.metadata.namespace.as_deref().unwrap_or("");
+    apimachinery::volumes::pod_claims(pod)
+        .iter()
+        .all(|(name, _)| claim_exists(&format!("{ns}/{name}")))
 }
 
 impl Plugin for VolumeBinding {
@@ -749,6 +773,22 @@ mod tests {
             assert_eq!(vb.filter(&st, &p, &z1), want1, "case {i}: n1");
             assert_eq!(vb.filter(&st, &p, &z2), want2, "case {i}: n2");
         }
+    }
+
+    #[test]
+    fn queueing_hints_look_at_the_pod_claims() {
+        let p = pod_with_claims(&["a", "b"]);
+        let claim = |name: &str, ns: &str| -> PersistentVolumeClaim {
+            serde_json::from_value(json!({"metadata": {"name": name, "namespace": ns}})).unwrap()
+        };
+        assert!(pod_uses_claim(&p, &claim("a", "default")));
+        assert!(pod_uses_claim(&p, &claim("b", "default")));
+        assert!(!pod_uses_claim(&p, &claim("c", "default")));
+        assert!(!pod_uses_claim(&p, &claim("a", "other")));
+        // A volume change helps only once every claim of the pod exists.
+        assert!(volume_change_may_help(&p, |k| k == "default/a" || k == "default/b"));
+        assert!(!volume_change_may_help(&p, |k| k == "default/a"));
+        assert!(volume_change_may_help(&pod_with_claims(&[]), |_| false));
     }
 
     #[test]

@@ -373,14 +373,56 @@ impl SchedulingQueue {
     /// A cluster event: unschedulable pods that it may help move to the backoff queue (or activeQ
     /// when their backoff has passed); pods in flight remember it.
     pub fn on_event(&self, event: ClusterEvent, interest: Interest<'_>) {
+        self.on_event_filtered(event, interest, None);
+    }
+
+    /// As [`Self::on_event`] for an event about one object, which can only help the pods
+    /// `concerns` accepts (by key): upstream's queueing hints answer QueueSkip for the others (a
+    /// claim added for another pod). Skipped pods neither move nor count the event as seen during
+    /// their cycle, so a pod whose claim is missing waits for that claim instead of being retried
+    /// on every other claim's or volume's change. `concerns` runs without the queue's lock (it may
+    /// read informer stores).
+    pub fn on_event_for(
+        &self,
+        event: ClusterEvent,
+        interest: Interest<'_>,
+        concerns: &dyn Fn(&str) -> bool,
+    ) {
+        let keys: Vec<String> = {
+            let q = self.lock();
+            let may_move = |k: &&String| {
+                q.pods
+                    .get(*k)
+                    .is_some_and(|st| interest(st.profile, &st.rejected_by, &event))
+            };
+            q.in_flight
+                .keys()
+                .chain(q.unschedulable.keys().filter(may_move))
+                .cloned()
+                .collect()
+        };
+        let concerned: HashSet<String> = keys.into_iter().filter(|k| concerns(k)).collect();
+        self.on_event_filtered(event, interest, Some(&concerned));
+    }
+
+    fn on_event_filtered(
+        &self,
+        event: ClusterEvent,
+        interest: Interest<'_>,
+        only: Option<&HashSet<String>>,
+    ) {
+        let wanted = |k: &String| only.is_none_or(|o| o.contains(k));
         let mut q = self.lock();
-        for v in q.in_flight.values_mut() {
-            v.push(event);
+        for (k, v) in q.in_flight.iter_mut() {
+            if wanted(k) {
+                v.push(event);
+            }
         }
         let now = Instant::now();
         let waiting: Vec<(String, Instant)> = q
             .unschedulable
             .iter()
+            .filter(|(k, _)| wanted(k))
             .map(|(k, t)| (k.clone(), *t))
             .collect();
         let mut moved = false;
@@ -543,6 +585,31 @@ mod tests {
         );
         q.unschedulable("p", plugins(&["Fit"]), &interest);
         assert_eq!(q.pending(), (0, 1, 0));
+    }
+
+    #[tokio::test]
+    async fn an_event_for_one_object_moves_only_the_pods_it_concerns() {
+        let q = SchedulingQueue::default();
+        let deleted = ClusterEvent::new(EventResource::Pod, action::DELETE);
+        for k in ["a", "b"] {
+            q.add(k, 0, 0);
+            assert_eq!(q.pop().await, k);
+            q.unschedulable(k, plugins(&["Fit"]), &interest);
+        }
+        assert_eq!(q.pending(), (0, 0, 2));
+        q.on_event_for(deleted, &interest, &|k| k == "a");
+        assert_eq!(q.pending(), (0, 1, 1), "only a moves");
+        // During a cycle, an event concerning another pod is not remembered for this one.
+        q.add("c", 0, 0);
+        assert_eq!(q.pop().await, "c");
+        q.on_event_for(deleted, &interest, &|k| k == "b");
+        q.unschedulable("c", plugins(&["Fit"]), &interest);
+        assert_eq!(q.pending(), (0, 2, 1), "b moved, c waits");
+        q.add("d", 0, 0);
+        assert_eq!(q.pop().await, "d");
+        q.on_event_for(deleted, &interest, &|k| k == "d");
+        q.unschedulable("d", plugins(&["Fit"]), &interest);
+        assert_eq!(q.pending(), (0, 3, 1), "d saw its event during the cycle");
     }
 
     #[tokio::test]

@@ -191,7 +191,14 @@ pub fn find_best_match(
 ) -> Result<Option<Arc<PersistentVolume>>, MatchError> {
     let wanted = claim_modes(claim);
     let mut groups: BTreeMap<Vec<String>, Vec<Arc<PersistentVolume>>> = BTreeMap::new();
-    for v in volumes {
+    // Volumes bound to other claims (nearly all of them in a busy cluster) can never match:
+    // dropping them before grouping keeps a sync from copying every volume's access modes.
+    let candidate = |v: &PersistentVolume| match v.spec.as_ref().and_then(|s| s.claim_ref.as_ref())
+    {
+        Some(_) => is_volume_bound_to_claim(v, claim),
+        None => !delay_binding,
+    };
+    for v in volumes.iter().filter(|v| candidate(v)) {
         let modes: Vec<String> = volume_modes(v).into_iter().collect();
         if wanted.iter().all(|m| modes.contains(m)) {
             groups.entry(modes).or_default().push(v.clone());
@@ -199,6 +206,10 @@ pub fn find_best_match(
     }
     let mut groups: Vec<(Vec<String>, Vec<Arc<PersistentVolume>>)> = groups.into_iter().collect();
     groups.sort_by_key(|(modes, _)| modes.len());
+    if groups.is_empty() {
+        // Still refuse a claim whose selector does not parse.
+        return find_matching_volume(claim, &[], None, &HashSet::new(), delay_binding);
+    }
     for (_, mut group) in groups {
         group.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
         if let Some(v) = find_matching_volume(claim, &group, None, &HashSet::new(), delay_binding)?

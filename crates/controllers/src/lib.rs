@@ -382,7 +382,13 @@ pub const CONTROLLERS: &[ControllerDescriptor] = &[
         enabled_by_default: true,
         // Upstream's default ConcurrentSyncs.
         workers: 10,
-        run: |c| Box::pin(devicetainteviction::run(c.client.clone(), &c.factory, c.workers)),
+        run: |c| {
+            Box::pin(devicetainteviction::run(
+                c.client.clone(),
+                &c.factory,
+                c.workers,
+            ))
+        },
     },
     ControllerDescriptor {
         name: "persistentvolume-binder-controller",

@@ -54,9 +54,13 @@ impl BoundedFrequencyRunner {
         self.wake.notify_all();
     }
 
-    /// Wakes the loop so it sees `stop`.
+    /// Wakes the loop so it sees `stop`. The flag is set under the state lock, which the loop holds
+    /// from its last look at the flag until it waits: a store between that look and the wait would
+    /// otherwise be a lost wake-up (the loop then sleeps until `max_interval`, an hour in tests).
     pub fn stop(&self, stop: &AtomicBool) {
+        let st = self.lock();
         stop.store(true, Ordering::SeqCst);
+        drop(st);
         self.wake.notify_all();
     }
 
@@ -79,6 +83,10 @@ impl BoundedFrequencyRunner {
             }
             refilled = now;
             let mut st = self.lock();
+            // Looked at again under the lock: see `stop`.
+            if stop.load(Ordering::SeqCst) {
+                return;
+            }
             let retry_due = st.retry_at.is_some_and(|r| r <= now);
             let periodic_due = now.duration_since(last_run) >= self.max_interval;
             let wanted = st.requested || retry_due || periodic_due;

@@ -217,7 +217,8 @@ pub(crate) async fn rolled_out(client: &kube::Client, name: &str) -> Duration {
 }
 
 /// Never two leaders in the Leases' history: one holder per `leaseTransitions` value, the value
-/// never goes back, a new holder acquires no earlier than the old one's last renewal.
+/// never goes back, a new holder acquires no earlier than the old one's last renewal (unless the old
+/// one released the lease).
 pub(crate) fn check_lease_history(history: &[Lease]) {
     let mut by_name: HashMap<String, Vec<&Lease>> = HashMap::new();
     for l in history {
@@ -257,9 +258,16 @@ pub(crate) fn check_lease_history(history: &[Lease]) {
                     }
                 }
             }
+            // A released lease (no holder) may be taken at once, and the taker's acquireTime can
+            // precede the release's renewTime: upstream's tryAcquireOrRenew reads the clock before
+            // it GETs the Lease. Only a holder's own renewals bound the next acquisition.
+            last_renew = if holder.is_empty() {
+                None
+            } else {
+                spec.renew_time.map(|t| t.0).or(last_renew)
+            };
             current = holder;
             last_transitions = transitions;
-            last_renew = spec.renew_time.map(|t| t.0).or(last_renew);
         }
     }
 }

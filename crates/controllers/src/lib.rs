@@ -66,6 +66,7 @@ pub mod servicecidrs;
 pub mod statefulset;
 pub mod tainteviction;
 pub mod ttlafterfinished;
+mod util;
 pub mod volume;
 
 use std::sync::Arc;

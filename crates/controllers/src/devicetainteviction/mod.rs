@@ -24,9 +24,9 @@ use client::informer::{split_key, EventHandlerFuncs, SharedInformerFactory, Stor
 use client::workqueue::{default_controller_rate_limiter, QueueConfig, RateLimitingQueue};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::resource::v1::{ResourceClaim, ResourceSlice};
-use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::{Api, Resource};
-use serde_json::json;
+
+use crate::util::eviction::{mark_disruption_target_and_delete, DisruptionTarget};
 
 pub const CONTROLLER_NAME: &str = "device-taint-eviction-controller";
 /// Pods already evicted, remembered so a late informer event does not evict them again (upstream
@@ -232,30 +232,14 @@ async fn evict(ctx: &Ctx, pod: &Pod) -> Result<(), String> {
         "DeviceTaintManagerEviction",
         "Marking for deletion",
     );
-    let condition = json!({"status": {"conditions": [{
-        "type": "DisruptionTarget", "status": "True", "reason": "DeletionByDeviceTaintManager",
-        "message": "Device Taint manager: deleting due to NoExecute taint",
-        "lastTransitionTime": jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
-    }]}});
-    match api
-        .patch_status(name, &PatchParams::default(), &Patch::Strategic(&condition))
-        .await
-    {
-        Ok(_) => {}
-        Err(kube::Error::Api(e)) if e.code == 404 => return Ok(()),
-        Err(e) => return Err(format!("DisruptionTarget condition: {e}")),
-    }
-    let params = DeleteParams {
-        preconditions: Some(Preconditions {
-            uid: pod.metadata.uid.clone(),
-            resource_version: None,
-        }),
-        ..Default::default()
-    };
-    match api.delete(name, &params).await {
-        Ok(_) => Ok(()),
-        // Gone, or replaced by another pod of the same name: nothing left to evict.
-        Err(kube::Error::Api(e)) if e.code == 404 || e.code == 409 => Ok(()),
-        Err(e) => Err(format!("delete: {e}")),
-    }
+    mark_disruption_target_and_delete(
+        &api,
+        name,
+        DisruptionTarget {
+            reason: "DeletionByDeviceTaintManager",
+            message: "Device Taint manager: deleting due to NoExecute taint",
+        },
+        pod.metadata.uid.clone(),
+    )
+    .await
 }

@@ -12,9 +12,9 @@ use client::controller::Controller;
 use client::informer::{split_key, EventHandlerFuncs, SharedInformerFactory, Store};
 use client::workqueue::{default_controller_rate_limiter, QueueConfig, RateLimitingQueue};
 use k8s_openapi::api::core::v1::{Node, Pod, Taint, Toleration};
-use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::Api;
-use serde_json::json;
+
+use crate::util::eviction::{mark_disruption_target_and_delete, DisruptionTarget};
 
 /// When a pod on NoExecute-tainted nodes must go.
 #[derive(Debug, PartialEq, Eq)]
@@ -187,24 +187,16 @@ async fn evict(ctx: &Ctx, key: &str) -> Result<(), String> {
     let (ns, name) = split_key(key);
     let api: Api<Pod> = Api::namespaced(ctx.client.clone(), ns.unwrap_or(""));
     tracing::info!(pod = key, "deleting pod: NoExecute taint not tolerated");
-    let condition = json!({"status": {"conditions": [{
-        "type": "DisruptionTarget", "status": "True", "reason": "DeletionByTaintManager",
-        "message": "Taint manager: deleting due to NoExecute taint",
-        "lastTransitionTime": jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%SZ").to_string(),
-    }]}});
-    match api
-        .patch_status(name, &PatchParams::default(), &Patch::Strategic(&condition))
-        .await
-    {
-        Ok(_) => {}
-        Err(kube::Error::Api(e)) if e.code == 404 => return Ok(()),
-        Err(e) => return Err(format!("DisruptionTarget condition: {e}")),
-    }
-    match api.delete(name, &DeleteParams::default()).await {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
-        Err(e) => Err(format!("delete: {e}")),
-    }
+    mark_disruption_target_and_delete(
+        &api,
+        name,
+        DisruptionTarget {
+            reason: "DeletionByTaintManager",
+            message: "Taint manager: deleting due to NoExecute taint",
+        },
+        None,
+    )
+    .await
 }
 
 #[cfg(test)]

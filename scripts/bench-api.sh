@@ -17,8 +17,9 @@ if [ ! -x "$work/peerbench" ]; then
   (cd ../shared/tools/peerbench && GOPROXY=off GOTOOLCHAIN=local CGO_ENABLED=0 GOCACHE="$work/gocache" \
     "$GO" build -o "$work/peerbench" .)
 fi
-cargo build --release -q -p rkube
-bin="$PWD/target/release/rkube"
+# RKUBE: an already built binary (scripts/bench-all.sh passes its own).
+if [ -z "${RKUBE:-}" ]; then cargo build --release -q -p rkube; fi
+bin="${RKUBE:-$PWD/target/release/rkube}"
 
 rss() { awk '/VmRSS/ {printf "%.1f", $2/1024}' "/proc/$server_pid/status"; }
 echo 'benchtoken,bench,1001,"system:masters"' > "$work/tokens.csv"

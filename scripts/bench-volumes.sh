@@ -14,7 +14,7 @@ replicas=${2:-10}
 nodes=${3:-100}
 total=$((sets * replicas))
 root=$(cd "$(dirname "$0")/.." && pwd)
-bin=$root/target/release/rkube
+bin=${RKUBE:-$root/target/release/rkube}
 now() { date +%s.%N; }
 sub() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", a - b }'; }
 

@@ -573,8 +573,11 @@ pub async fn run(args: ScheduleBenchArgs) -> Result<(), String> {
     let first = Instant::now();
     let created = create_pods(&client, &args, NAMESPACE, args.pods, false, None).await?;
     let created_all = first.elapsed();
+    // With `--pending`, the scheduling phase alone (the creates are not in it).
+    let mut cpu_at_start = None;
     let (start, sampler) = match local.as_mut().filter(|_| args.pending) {
         Some(local) => {
+            cpu_at_start = Some(process_cpu_seconds());
             let start = Instant::now();
             local.start_scheduler(&client);
             (
@@ -585,7 +588,9 @@ pub async fn run(args: ScheduleBenchArgs) -> Result<(), String> {
         None => (first, sampler.ok_or("no sampler")?),
     };
     wait_for("bound", args.pods, || seen.bound()).await?;
-    let cpu_per_pod_ms = (process_cpu_seconds() - cpu_before) * 1000.0 / args.pods as f64;
+    let cpu_now = process_cpu_seconds();
+    let cpu_per_pod_ms = (cpu_now - cpu_before) * 1000.0 / args.pods as f64;
+    let scheduling_cpu_s = cpu_at_start.map(|c| cpu_now - c);
     let mut samples = sampler.await.map_err(|e| e.to_string())?;
     eprintln!(
         "throughput samples (pods/s, one a second): {:?}",
@@ -609,11 +614,15 @@ pub async fn run(args: ScheduleBenchArgs) -> Result<(), String> {
     let (bound_s, bound_lat) = summarize(&lock(&seen.bound).clone())?;
     let ms = |us: u64| us as f64 / 1000.0;
     samples.sort_by(f64::total_cmp);
-    let pct = |q: f64| -> f64 {
-        if samples.is_empty() {
-            return 0.0;
+    // A percentile of a handful of one-second samples says nothing (a 4 s run has no p99), so
+    // each is printed only with enough samples for it: 1/(1-q) of them, and 5 for the median.
+    let pct = |q: f64| -> String {
+        let enough = (1.0 / (1.0 - q)).ceil().max(5.0) as usize;
+        if samples.len() < enough {
+            return "-".into();
         }
-        samples[((samples.len() as f64 * q).ceil() as usize).clamp(1, samples.len()) - 1]
+        let i = ((samples.len() as f64 * q).ceil() as usize).clamp(1, samples.len()) - 1;
+        format!("{:.0}", samples[i])
     };
     let average = if samples.is_empty() {
         0.0
@@ -640,10 +649,10 @@ pub async fn run(args: ScheduleBenchArgs) -> Result<(), String> {
         args.init_pods,
         args.pods
     );
-    println!("| scenario | mode | nodes | pods | creates took s | to last bound s | bound pods/s | SchedulingThroughput avg | p50 | p90 | p99 | create-to-bound p50 ms | p99 ms |");
-    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    println!("| scenario | mode | nodes | pods | creates took s | to last bound s | bound pods/s | SchedulingThroughput avg | p50 | p90 | p99 | create-to-bound p50 ms | p99 ms | throughput samples |");
+    println!("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|");
     println!(
-        "| {} | {} | {nodes} | {} | {:.2} | {bound_s:.2} | {:.0} | {average:.0} | {:.0} | {:.0} | {:.0} | {} | {} |",
+        "| {} | {} | {nodes} | {} | {:.2} | {bound_s:.2} | {:.0} | {average:.0} | {} | {} | {} | {} | {} | {} |",
         args.scenario,
         if args.pending { "pending" } else { "concurrent" },
         args.pods,
@@ -654,9 +663,18 @@ pub async fn run(args: ScheduleBenchArgs) -> Result<(), String> {
         pct(0.99),
         if args.pending { "-".to_string() } else { format!("{:.1}", ms(bound_lat.value_at_quantile(0.5))) },
         if args.pending { "-".to_string() } else { format!("{:.1}", ms(bound_lat.value_at_quantile(0.99))) },
+        samples.len(),
     );
     if local.is_some() {
         println!("CPU of this process (API server, scheduler, client) from the first measured create to the last bind: {cpu_per_pod_ms:.3} ms per pod");
+        if let Some(cpu) = scheduling_cpu_s {
+            // Cores busy on average: below the machine's cores, the run waited on something.
+            println!(
+                "CPU from the scheduler's start to the last bind: {:.3} ms per pod, {:.2} cores busy on average",
+                cpu * 1000.0 / args.pods as f64,
+                cpu / bound_s
+            );
+        }
         let mib = |field| super::proc_status_mib("self", field).map_or(f64::NAN, |m| m);
         println!(
             "memory of this process: RSS {:.1} MiB now, {:.1} MiB at its peak",

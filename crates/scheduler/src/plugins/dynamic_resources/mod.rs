@@ -92,9 +92,13 @@ struct State {
     /// Indices of allocated claims some node could not reach (Filter records them for
     /// PostFilter, upstream `unavailableClaims`).
     unavailable: Arc<Mutex<BTreeSet<usize>>>,
-    /// The devices Filter picked on each node that passed (Score ranks them, Reserve builds the
-    /// chosen node's allocation from them): the taken devices cannot change within one cycle.
+    /// The devices Filter picked on each node that passed, kept only when Score ranks them
+    /// (`firstAvailable` requests, see `ranked`); Reserve takes the chosen node's from here or
+    /// searches that one node again. Keeping them for every feasible node (a node name, an `Arc`
+    /// and a map insert under one lock per node and pod) cost more than Reserve's one search.
     node_allocations: Arc<Mutex<HashMap<String, Arc<Picks>>>>,
+    /// Whether Score ranks the picks (some request to allocate is a `firstAvailable` one).
+    ranked: bool,
 }
 
 fn pod_ref(pod: &Pod) -> (String, String, String) {
@@ -323,6 +327,9 @@ impl PreFilterPlugin for DynamicResources {
             }
         };
         let n = claims.len();
+        let ranked = to_allocate
+            .iter()
+            .any(|&i| scoring::has_first_available(&claims[i]));
         state.write(
             STATE_KEY,
             State {
@@ -339,6 +346,7 @@ impl PreFilterPlugin for DynamicResources {
                 reserved_in_api: Arc::default(),
                 unavailable: Arc::default(),
                 node_allocations: Arc::default(),
+                ranked,
             },
         );
         (None, Status::Success)
@@ -389,7 +397,7 @@ impl FilterPlugin for DynamicResources {
             Err(e) => Status::Error(e),
             Ok(None) => Status::UnschedulableAndUnresolvable(ERR_CANNOT_ALLOCATE.into()),
             Ok(Some(picks)) => {
-                if s.prepared.is_some() {
+                if s.ranked {
                     if let Ok(mut m) = s.node_allocations.lock() {
                         m.insert(node.name().to_string(), Arc::new(picks));
                     }
@@ -411,8 +419,9 @@ impl ReservePlugin for DynamicResources {
         let Some(prep) = &s.prepared else {
             return Status::Success;
         };
-        // Filter's answer for the node; recomputed if Filter did not run there (a nominated
-        // node's, or a caller that skipped it).
+        // Filter's answer for the node when Score needed it; otherwise (and where Filter did
+        // not run: a nominated node's, or a caller that skipped it) the search again for this
+        // one node, on the same index and the taken devices as they are now.
         let stored = s
             .node_allocations
             .lock()
@@ -749,11 +758,7 @@ impl PreScorePlugin for DynamicResources {
         let Some(s) = state.read::<State>(STATE_KEY) else {
             return Status::Skip;
         };
-        let ranked = s
-            .to_allocate
-            .iter()
-            .any(|&i| scoring::has_first_available(&s.claims[i]));
-        if ranked {
+        if s.ranked {
             Status::Success
         } else {
             Status::Skip

@@ -558,6 +558,78 @@ fn score_prefers_earlier_subrequests_and_reserve_takes_filters_allocation() {
     assert_eq!(pl.pre_score(&mut state, &p, &ns), Status::Skip);
 }
 
+#[test]
+fn reserve_searches_the_chosen_node_again_when_filter_kept_no_picks() {
+    let mut objs = base();
+    objs.push(claim("one", exactly("gpu", 1)));
+    objs.push(claim("other", exactly("gpu", 1)));
+    let pl = DynamicResources::new(handle(&objs));
+    let p = pod("p", "one");
+    let (_, out, mut state) = run(&pl, &p);
+    assert!(out.iter().all(|(_, s)| s.is_success()));
+    // Nothing ranks the picks: Filter kept none.
+    let s = state.read::<State>(STATE_KEY).unwrap();
+    assert!(!s.ranked);
+    assert!(s.node_allocations.lock().unwrap().is_empty());
+    // n1's first device got taken after Filter (another pod's claim, allocated meanwhile):
+    // Reserve's search sees it and picks the other one.
+    let mut taken: ResourceClaim = serde_json::from_value(json!({
+        "metadata": {"name": "other", "namespace": "default", "uid": "uid-other", "resourceVersion": "2"},
+        "spec": {"devices": {"requests": [{"name": "req", "exactly": {"deviceClassName": "gpu"}}]}},
+        "status": {"allocation": {"devices": {"results": [
+            {"request": "req", "driver": DRIVER, "pool": "n1", "device": "gpu-0"}]}}}
+    }))
+    .unwrap();
+    taken.metadata.uid = Some("uid-other".into());
+    let taken = Arc::new(taken);
+    pl.handle.listers.resource_claims.upsert(taken.clone());
+    pl.handle
+        .listers
+        .dra
+        .on_claim("default/other", Some(&taken));
+    assert!(pl.reserve(&mut state, &p, "n1").is_success());
+    let s = state.read::<State>(STATE_KEY).unwrap();
+    let results = s.allocations[0].as_ref().unwrap().devices.as_ref().unwrap();
+    let got: Vec<&str> = results
+        .results
+        .iter()
+        .flatten()
+        .map(|r| r.device.as_str())
+        .collect();
+    assert_eq!(got, ["gpu-1"]);
+    // With n1 full, Reserve there fails instead of handing out a taken device.
+    pl.unreserve(&mut state, &p, "n1");
+    let (_, _, mut state) = run(&pl, &p);
+    let mut both = (*taken).clone();
+    both.status
+        .as_mut()
+        .unwrap()
+        .allocation
+        .as_mut()
+        .unwrap()
+        .devices
+        .as_mut()
+        .unwrap()
+        .results = Some(
+        ["gpu-0", "gpu-1"]
+            .iter()
+            .map(|d| {
+                serde_json::from_value(json!(
+                        {"request": "req", "driver": DRIVER, "pool": "n1", "device": d}))
+                .unwrap()
+            })
+            .collect(),
+    );
+    both.metadata.resource_version = Some("3".into());
+    let both = Arc::new(both);
+    pl.handle.listers.resource_claims.upsert(both.clone());
+    pl.handle.listers.dra.on_claim("default/other", Some(&both));
+    assert_eq!(
+        pl.reserve(&mut state, &p, "n1"),
+        Status::Unschedulable(ERR_CANNOT_ALLOCATE.into())
+    );
+}
+
 /// A kube client whose API server answers every claim write with the claim it was sent, after
 /// a pause, counting the requests in flight.
 fn counting_client(

@@ -72,6 +72,10 @@ struct Inner {
     shares_by_claim: HashMap<String, Vec<(u32, capacity::Amounts)>>,
     /// By interned id: the shares held of devices that allow multiple allocations.
     shared: HashMap<u32, SharedUse>,
+    /// Entries of `by_claim` and `shares_by_claim` summed (the ids claims hold): kept as they
+    /// change, since `compact_if_needed` runs on every claim event and summing them there was a
+    /// walk over every claim per event.
+    held: usize,
 }
 
 /// Shared by the plugin (every profile's) and the claim informer's handlers.
@@ -175,6 +179,7 @@ pub fn claim_devices(c: &ResourceClaim) -> (Vec<DeviceId>, Vec<Share>) {
 impl Inner {
     fn set_devices(&mut self, key: &str, (devices, shares): (Vec<DeviceId>, Vec<Share>)) {
         if let Some(old) = self.by_claim.remove(key) {
+            self.held -= old.len();
             for id in old {
                 if let Some(n) = self.taken.get_mut(id as usize) {
                     *n = n.saturating_sub(1);
@@ -182,6 +187,7 @@ impl Inner {
             }
         }
         if let Some(old) = self.shares_by_claim.remove(key) {
+            self.held -= old.len();
             for (id, consumed) in old {
                 if let Some(u) = self.shared.get_mut(&id) {
                     u.add(&consumed, -1);
@@ -205,6 +211,7 @@ impl Inner {
                 }
                 self.taken[i] += 1;
             }
+            self.held += ids.len();
             self.by_claim.insert(key.to_string(), ids);
         }
         if !shares.is_empty() {
@@ -217,6 +224,7 @@ impl Inner {
                 u.shares += 1;
                 u.add(consumed, 1);
             }
+            self.held += held.len();
             self.shares_by_claim.insert(key.to_string(), held);
         }
     }
@@ -224,9 +232,12 @@ impl Inner {
     /// Renumbers the names claims hold once the table has grown past twice the names in use
     /// (plus `adding`); slice indexes see the new epoch and intern their devices again.
     fn compact_if_needed(&mut self, adding: usize) {
-        let held: usize = self.by_claim.values().map(Vec::len).sum::<usize>()
-            + self.shares_by_claim.values().map(Vec::len).sum::<usize>();
-        let limit = INTERN_FLOOR.max(2 * (held + self.names.slice_devices + adding));
+        debug_assert_eq!(
+            self.held,
+            self.by_claim.values().map(Vec::len).sum::<usize>()
+                + self.shares_by_claim.values().map(Vec::len).sum::<usize>()
+        );
+        let limit = INTERN_FLOOR.max(2 * (self.held + self.names.slice_devices + adding));
         if self.names.names.len() < limit {
             return;
         }
@@ -576,6 +587,27 @@ mod tests {
         let freed = claim("7", &[]);
         t.on_claim("ns/c", Some(&freed));
         assert!(!check(ids[1], epoch, "dev-1"));
+    }
+
+    #[test]
+    fn held_ids_are_counted_as_claims_change() {
+        let t = Tracker::default();
+        let held = || t.inner.read().unwrap().held;
+        t.on_claim("ns/a", Some(&claim("1", &["dev-0", "dev-1"])));
+        t.on_claim("ns/b", Some(&claim("1", &["dev-2"])));
+        assert_eq!(held(), 3);
+        t.on_claim("ns/a", Some(&claim("2", &["dev-0"])));
+        assert_eq!(held(), 2);
+        t.on_claim("ns/b", None);
+        assert_eq!(held(), 1);
+        // A pending allocation holds its devices; forgetting it releases them.
+        let store = Store::<ResourceClaim>::new();
+        t.assume_pending(claim("5", &["dev-3", "dev-4"]));
+        assert_eq!(held(), 3);
+        t.forget("ns/c", &store);
+        assert_eq!(held(), 1);
+        t.on_claim("ns/a", Some(&claim("3", &[])));
+        assert_eq!(held(), 0);
     }
 
     #[test]

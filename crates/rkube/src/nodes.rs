@@ -152,6 +152,21 @@ impl Fabric {
     }
 }
 
+/// Creates network namespace `ns` if missing and puts `addr` on its loopback: an address local to
+/// the namespace that its pods' packets (through the pod bridge) are delivered to.
+pub fn add_local_address(ns: &str, addr: Ipv4Addr) -> Result<(), String> {
+    kubelet::netns::ensure_named(ns)?;
+    ip(&[
+        "-n",
+        ns,
+        "addr",
+        "replace",
+        &format!("{addr}/32"),
+        "dev",
+        "lo",
+    ])
+}
+
 fn link_exists(ns: &str, link: &str) -> bool {
     Command::new("ip")
         .args(["-n", ns, "link", "show", link])

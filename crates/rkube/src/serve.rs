@@ -94,8 +94,31 @@ impl ServeArgs {
             // Pods reach the API server through the `kubernetes` Service: it also listens at the
             // control plane's fabric address, which the endpoints name.
             config.serve_in_namespace = Some((fabric.fabric_ns_path(), fabric.gateway().into()));
+        } else if let Some((ns, ip)) = self.local_node_api_address()? {
+            // One node in a namespace of its own: the same, at an address inside that namespace.
+            config.serve_in_namespace = Some((PathBuf::from("/run/netns").join(ns), ip.into()));
         }
         Ok(config)
+    }
+
+    /// Without --nodes, the one local node in a network namespace of its own
+    /// (--pod-network-namespace) cannot reach the server's 127.0.0.1: the server also listens in
+    /// that namespace at the control plane's address of --node-network-cidr (its first, as with
+    /// --nodes), put on the namespace's loopback, and the `kubernetes` endpoints name it, so pods
+    /// reach the API server through the `kubernetes` Service. `None` when the local node shares
+    /// the host's network (the server's --bind-address and --advertise-address decide there, as
+    /// upstream's) or no local node runs.
+    fn local_node_api_address(&self) -> Result<Option<(String, std::net::Ipv4Addr)>, String> {
+        let Some(ns) = self.kubelet.pod_network_namespace.as_deref() else {
+            return Ok(None);
+        };
+        let runtime = self.kubelet.container_runtime_endpoint.is_some()
+            || kubelet::containerd::find_binary("containerd").is_some();
+        if self.nodes.is_some() || self.disable_kubelet || !runtime {
+            return Ok(None);
+        }
+        let fabric = crate::nodes::Fabric::new(ns, &self.node_network_cidr, 1)?;
+        Ok(Some((ns.to_string(), fabric.gateway())))
     }
 
     /// The nodes' network with --nodes (and a local node at all).
@@ -119,6 +142,10 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
     if let Some(f) = &fabric {
         f.setup()
             .map_err(|e| format!("--nodes: setting up the nodes' network: {e}"))?;
+    }
+    if let Some((ns, ip)) = args.local_node_api_address()? {
+        crate::nodes::add_local_address(&ns, ip)
+            .map_err(|e| format!("the API server's address in {ns}: {e}"))?;
     }
     // The components' work queue metrics are served on the API server's /metrics.
     let queues: apiserver::metrics::ExtraMetrics =

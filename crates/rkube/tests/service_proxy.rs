@@ -37,12 +37,38 @@ spec:
   ports: [{port: 80}]
 ";
 
+/// What an in-cluster client does: the Service's address from the kubelet's variables, the
+/// service account's CA and token; `/version`, then who the token is (SelfSubjectReview).
+const IN_CLUSTER: &str = r#"
+import json, os, ssl, sys, time, urllib.request
+d = "/var/run/secrets/kubernetes.io/serviceaccount/"
+ctx = ssl.create_default_context(cafile=d + "ca.crt")
+base = "https://%s:%s" % (os.environ["KUBERNETES_SERVICE_HOST"], os.environ["KUBERNETES_SERVICE_PORT"])
+auth = {"Authorization": "Bearer " + open(d + "token").read(), "Content-Type": "application/json"}
+review = json.dumps({"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}).encode()
+for attempt in range(30):
+    try:
+        print(urllib.request.urlopen(urllib.request.Request(base + "/version", headers=auth), context=ctx, timeout=3).read().decode())
+        who = urllib.request.Request(base + "/apis/authentication.k8s.io/v1/selfsubjectreviews", data=review, headers=auth)
+        print(json.load(urllib.request.urlopen(who, context=ctx, timeout=3))["status"]["userInfo"]["username"])
+        sys.exit(0)
+    except Exception as e:
+        print("attempt", attempt, e, flush=True)
+        time.sleep(1)
+sys.exit(1)
+"#;
+
 /// A busybox pod that runs `script` once; its log once it ended, and whether it succeeded.
 fn run_client(node: &RealNode, name: &str, script: &str) -> (bool, String) {
+    run_pod(node, name, &["sh", "-c", script], "busybox")
+}
+
+/// A pod of `image` that runs `command` once; its log once it ended, and whether it succeeded.
+fn run_pod(node: &RealNode, name: &str, command: &[&str], image: &str) -> (bool, String) {
     let pod = serde_json::json!({
         "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
         "spec": {"restartPolicy": "Never", "containers": [{
-            "name": "c", "image": "busybox", "command": ["sh", "-c", script]}]},
+            "name": "c", "image": image, "command": command}]},
     });
     node.apply(&pod.to_string());
     let done = node.wait_pod(name, "ended", Duration::from_secs(120), |p| {
@@ -65,7 +91,7 @@ fn cluster_ip(node: &RealNode, service: &str) -> String {
 }
 
 fn service_reaches_its_pods(mode: &str) {
-    let mut node = RealNode::start_with(&["nginx", "busybox"], &["--proxy-mode", mode]);
+    let mut node = RealNode::start_with(&["nginx", "busybox", "python"], &["--proxy-mode", mode]);
     node.apply(WEB);
     wait_for("web's two endpoints", Duration::from_secs(120), || {
         let out = node.kubectl(&[
@@ -117,11 +143,40 @@ fn service_reaches_its_pods(mode: &str) {
     let took: u64 = log
         .rsplit("took=")
         .next()
-        .map(|t| t.chars().take_while(char::is_ascii_digit).collect::<String>())
+        .map(|t| {
+            t.chars()
+                .take_while(char::is_ascii_digit)
+                .collect::<String>()
+        })
         .and_then(|t| t.parse().ok())
         .unwrap_or_else(|| panic!("{log}"));
     assert!(!log.contains("rc=0"), "{mode}: {nobody} answered: {log}");
     assert!(took < 5, "{mode}: {nobody} was not refused at once: {log}");
+
+    // In-cluster clients reach the API server through the `kubernetes` Service: its endpoint is
+    // the server's address inside the node's namespace (--node-network-cidr's first), and a pod
+    // verifies the server with its service account's CA and authenticates with its token, as
+    // client libraries' in-cluster configs do (python: busybox's TLS has only suites rustls does
+    // not implement).
+    let endpoint = node.kubectl(&[
+        "get",
+        "endpoints",
+        "kubernetes",
+        "-o",
+        "jsonpath={.subsets[0].addresses[0].ip}",
+    ]);
+    assert_eq!(endpoint, "172.31.0.1", "{mode}: the kubernetes endpoints");
+    let (ok, log) = run_pod(
+        &node,
+        "in-cluster",
+        &["python3", "-c", IN_CLUSTER],
+        "python",
+    );
+    assert!(
+        ok && log.contains("\"gitVersion\"")
+            && log.contains("system:serviceaccount:default:default"),
+        "{mode}: the API server from a pod: {log}"
+    );
     node.cleanup();
 }
 

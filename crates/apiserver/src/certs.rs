@@ -90,11 +90,7 @@ pub fn ensure(data_dir: &Path, hosts: &[String]) -> Result<Pki, PkiError> {
         .map_err(err)?;
 
     let mut names: Vec<String> = SERVICE_NAMES.iter().map(|s| s.to_string()).collect();
-    names.extend([
-        "127.0.0.1".to_string(),
-        "::1".to_string(),
-        "10.96.0.1".to_string(),
-    ]);
+    names.extend(["127.0.0.1".to_string(), "::1".to_string()]);
     for host in hosts {
         if !host.is_empty() && host != "0.0.0.0" && host != "::" && !names.contains(host) {
             names.push(host.clone());

@@ -393,6 +393,10 @@ pub async fn start_member(
             .as_ref()
             .map(|(_, ip)| ip.to_string()),
     );
+    let services = allocator::ServiceAllocator::new(&config.service_cluster_ip_range)?
+        .with_node_port_range(config.service_node_port_range)?;
+    // In-cluster clients dial the `kubernetes` Service's ClusterIP: the range's first address.
+    hosts.push(services.first_ip());
     let mut pki = certs::ensure(&config.data_dir, &hosts).map_err(|e| e.to_string())?;
     // The cluster's own credentials are only known to work when the generated CA issued them.
     let own_credentials = config.client_ca_file.is_none() && config.tls_cert_file.is_none();
@@ -421,8 +425,7 @@ pub async fn start_member(
         enable_bootstrap_token_auth: config.enable_bootstrap_token_auth,
         authorizer: authz::Authorizer::new(config.authorization_mode),
         service_accounts,
-        services: allocator::ServiceAllocator::new(&config.service_cluster_ip_range)?
-            .with_node_port_range(config.service_node_port_range)?,
+        services,
         secure_port: local.port(),
         server_address: format!("{client_host}:{}", local.port()),
         bookmark_interval: config.bookmark_interval,

@@ -6,59 +6,21 @@
 //! advertised addresses, a killed server's address drops out once its record's TTL passes, and a
 //! server stopped with SIGTERM leaves at once.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::sync::mpsc;
+use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use storage::etcd_process::EtcdProcess;
 
+#[path = "support/ha.rs"]
+mod ha;
+
+use ha::{rkube_cmd, share_pki, spawn, Proc};
+
 const DEADLINE: Duration = Duration::from_secs(60);
 
-/// A child process killed when dropped.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 fn rkube(args: &[&str]) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_rkube"));
-    cmd.args(args)
-        .env("RUST_LOG", "warn")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
-    cmd
-}
-
-/// Starts a process whose stderr goes to the test's, tagged with `name`; with `ready`, waits for a
-/// line starting with it and returns the rest of that line.
-fn spawn(name: &'static str, mut cmd: Command, ready: Option<&'static str>) -> (Proc, String) {
-    let mut child = cmd.spawn().unwrap_or_else(|e| panic!("start {name}: {e}"));
-    let stderr = child.stderr.take().expect("stderr");
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-            if let Some(rest) = ready.and_then(|r| line.strip_prefix(r)) {
-                let _ = tx.send(rest.to_string());
-            }
-            eprintln!("[{name}] {line}");
-        }
-    });
-    let mut proc = Proc(child);
-    let line = match ready {
-        Some(_) => rx.recv_timeout(DEADLINE).unwrap_or_else(|_| {
-            let status = proc.0.try_wait();
-            panic!("{name} did not start within {DEADLINE:?} ({status:?})")
-        }),
-        None => String::new(),
-    };
-    (proc, line)
+    rkube_cmd(args, "warn")
 }
 
 /// An `rkube apiserver` on `bind`:`port` advertising `advertise`, with short endpoint and identity
@@ -92,7 +54,7 @@ fn apiserver(
         "--identity-lease-duration-seconds=4",
     ]);
     cmd.args(extra);
-    let (proc, line) = spawn(name, cmd, Some("rkube: serving on https://"));
+    let (proc, line) = spawn(name, cmd, Some("rkube: serving on https://"), |_, _| {});
     let addr = line.split(' ').next().unwrap_or_default();
     let port = addr
         .rsplit(':')
@@ -140,18 +102,6 @@ fn wait_for(kubeconfig: &Path, args: &[&str], what: &str, done: impl Fn(&str) ->
             String::from_utf8_lossy(&out.stderr)
         );
         std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
-/// Copies the first server's CA, service account key and admin credentials, as an operator does
-/// for every control-plane machine (kubeadm's shared certificates).
-fn share_pki(from: &Path, to: &Path) {
-    let (src, dst) = (from.join("pki"), to.join("pki"));
-    std::fs::create_dir_all(&dst).expect("pki dir");
-    for entry in std::fs::read_dir(&src).expect("read pki") {
-        let path = entry.expect("entry").path();
-        let name = path.file_name().expect("name").to_owned();
-        std::fs::copy(&path, dst.join(name)).expect("copy pki file");
     }
 }
 
@@ -271,16 +221,19 @@ fn two_api_servers_on_one_etcd_with_separate_components() {
         "controller-manager",
         rkube(&["controller-manager", "--kubeconfig", kubeconfig]),
         None,
+        |_, _| {},
     );
     let (scheduler, _) = spawn(
         "scheduler",
         rkube(&["scheduler", "--kubeconfig", kubeconfig]),
         None,
+        |_, _| {},
     );
     let (sim, _) = spawn(
         "sim",
         rkube(&["sim", "--nodes", "2", "--kubeconfig", kubeconfig]),
         None,
+        |_, _| {},
     );
     kubectl_ok(
         &kubeconfig_a,

@@ -15,6 +15,10 @@
 //! - A watch from a revision older than the in-memory window is served by a direct store watch rather
 //!   than failing, so any revision the store still keeps can be resumed from.
 //! - A watcher whose buffer fills is closed instead of slowing the others; the client re-watches.
+//! - Events keep no objects in memory (upstream's `DefaultWatchCacheSizes` sets their cache size to 0,
+//!   so the registry serves them from etcd): see [`keeps_objects`]. Their cache still hands live
+//!   changes to watchers, from the one store watch, so a watch of events costs no store watch of its
+//!   own; reads, lists and initial states come from the store.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, OnceLock, RwLock};
@@ -96,6 +100,11 @@ impl CacheEvent {
         }
     }
 
+    /// The synthetic ADDED event of an object in a watch's initial state.
+    pub fn added(object: Arc<CachedObject>) -> CacheEvent {
+        CacheEvent::new(object.rv, false, object, None)
+    }
+
     /// An event read directly from the store (a watch older than the in-memory window).
     pub fn from_store(cache: &WatchCache, event: &storage::Event) -> Option<CacheEvent> {
         let rv = event.revision();
@@ -172,6 +181,8 @@ struct Watcher {
 #[derive(Default)]
 struct CacheInner {
     objects: BTreeMap<String, Arc<CachedObject>>,
+    /// How many objects the store holds, for a cache that keeps none (list cost estimates).
+    uncached_count: usize,
     ring: VecDeque<Arc<CacheEvent>>,
     /// Every event of this resource after this revision is in `ring`.
     window_start: i64,
@@ -185,7 +196,18 @@ pub struct WatchCache {
     resource: String,
     /// The paths selectors read: all of an event's object that is decoded.
     shape: crate::selectable::Shape,
+    /// Whether objects and recent events are kept ([`keeps_objects`]).
+    keeps: bool,
     inner: RwLock<CacheInner>,
+}
+
+/// Whether the cache of a storage prefix keeps its objects and recent events in memory: all but
+/// Events, as upstream's `DefaultWatchCacheSizes` (`events` 0: "events should not be cached"). At
+/// density they are the most numerous objects after pods (a Scheduled event per pod, a
+/// SuccessfulCreate per pod on its ReplicaSet) and nobody lists them often; reading them from the
+/// store costs a query, where caching them cost ~2 KiB of server memory per pod.
+pub fn keeps_objects(storage: &str) -> bool {
+    storage != "events"
 }
 
 /// Where a watch starts.
@@ -221,8 +243,15 @@ impl WatchCache {
             shape: crate::selectable::Shape::for_selectors(crate::filter::selectable_fields(
                 group, resource,
             )),
+            keeps: keeps_objects(storage),
             inner: RwLock::new(CacheInner::default()),
         }
+    }
+
+    /// Whether [`WatchCache::get`], [`WatchCache::list`] and a watch's initial state see the objects;
+    /// when not, callers read the store.
+    pub fn keeps_objects(&self) -> bool {
+        self.keeps
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, CacheInner> {
@@ -276,15 +305,14 @@ impl WatchCache {
                     .objects
                     .values()
                     .filter(|o| filter.matches(&o.attrs))
-                    .map(|o| {
-                        let e = Arc::new(CacheEvent::new(o.rv, false, o.clone(), None));
-                        (e, EventType::Added)
-                    })
+                    .map(|o| (Arc::new(CacheEvent::added(o.clone())), EventType::Added))
                     .collect();
                 (events, current)
             }
             WatchStart::After(rv) => {
-                if rv < inner.window_start {
+                // Without a ring, a watch from a revision the caches have not reached would get the
+                // events up to it twice (the caller's store read, then live): the store serves it.
+                if rv < inner.window_start || (!self.keeps && rv > current) {
                     return Err(SubscribeError::TooOld);
                 }
                 let events = inner
@@ -307,6 +335,9 @@ impl WatchCache {
 
     /// Applies one store event and hands it to the watchers it concerns.
     fn apply(&self, event: &storage::Event) {
+        if !self.keeps {
+            return self.apply_uncached(event);
+        }
         let rv = event.revision();
         let key = event.kv.key.clone();
         let mut inner = self.write();
@@ -340,6 +371,35 @@ impl WatchCache {
             }
         }
         inner.ring.push_back(cache_event.clone());
+        Self::dispatch(&mut inner, &cache_event);
+    }
+
+    /// [`WatchCache::apply`] for a cache that keeps no objects: counts them, moves the window to this
+    /// event (no older one is in memory), and builds the event only when someone watches.
+    fn apply_uncached(&self, event: &storage::Event) {
+        let mut inner = self.write();
+        match (event.kind, &event.prev) {
+            (EventKind::Put, None) => inner.uncached_count += 1,
+            (EventKind::Delete, _) => inner.uncached_count = inner.uncached_count.saturating_sub(1),
+            (EventKind::Put, Some(_)) => {}
+        }
+        inner.window_start = event.revision();
+        inner.watchers.retain(|w| !w.tx.is_closed());
+        if inner.watchers.is_empty() {
+            return;
+        }
+        let Some(cache_event) = CacheEvent::from_store(self, event) else {
+            tracing::warn!(
+                key = event.kv.key,
+                "watch cache: undecodable object skipped"
+            );
+            return;
+        };
+        Self::dispatch(&mut inner, &Arc::new(cache_event));
+    }
+
+    /// Hands an event to the watchers it concerns, dropping the closed and the too slow.
+    fn dispatch(inner: &mut CacheInner, cache_event: &Arc<CacheEvent>) {
         inner.watchers.retain(|w| {
             if w.tx.is_closed() {
                 return false;
@@ -353,16 +413,23 @@ impl WatchCache {
     }
 
     /// Replaces the contents after a (re)load; current watchers are closed so their clients re-watch.
-    fn reset(&self, objects: BTreeMap<String, Arc<CachedObject>>, revision: i64) {
+    fn reset(&self, objects: BTreeMap<String, Arc<CachedObject>>, count: usize, revision: i64) {
         let mut inner = self.write();
         inner.objects = objects;
+        inner.uncached_count = count;
         inner.ring.clear();
         inner.window_start = revision;
         inner.watchers.clear();
     }
 
+    /// The objects of the resource: those kept, or the store's count for a cache that keeps none.
     pub fn len(&self) -> usize {
-        self.read().objects.len()
+        let inner = self.read();
+        if self.keeps {
+            inner.objects.len()
+        } else {
+            inner.uncached_count
+        }
     }
 
     pub fn is_empty(&self) -> bool {
@@ -621,6 +688,7 @@ impl CacheSet {
 
     async fn load_and_follow(&self, store: &Arc<dyn Store>) -> Result<(), storage::Error> {
         let mut by_storage: HashMap<String, BTreeMap<String, Arc<CachedObject>>> = HashMap::new();
+        let mut uncached: HashMap<String, usize> = HashMap::new();
         let mut after: Option<String> = None;
         let mut revision = None;
         loop {
@@ -639,6 +707,10 @@ impl CacheSet {
                     continue;
                 };
                 let cache = self.ensure_storage(storage);
+                if !cache.keeps {
+                    *uncached.entry(storage.to_string()).or_default() += 1;
+                    continue;
+                }
                 if let Some(obj) = cache.make_object(&kv.value, kv.mod_revision) {
                     by_storage
                         .entry(storage.to_string())
@@ -661,6 +733,7 @@ impl CacheSet {
         for cache in caches {
             cache.reset(
                 by_storage.remove(&cache.storage).unwrap_or_default(),
+                uncached.remove(&cache.storage).unwrap_or_default(),
                 revision,
             );
         }

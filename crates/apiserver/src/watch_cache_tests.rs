@@ -60,7 +60,7 @@ fn selection_transitions_become_added_and_deleted() {
 #[test]
 fn replay_from_the_ring_and_too_old_outside_it() {
     let cache = WatchCache::new("configmaps", "", "configmaps");
-    cache.reset(BTreeMap::new(), 1);
+    cache.reset(BTreeMap::new(), 0, 1);
     for rv in 2..10 {
         cache.apply(&put(&format!("/configmaps/ns/o{rv}"), "a", rv, None));
     }
@@ -209,4 +209,61 @@ async fn writes_outside_the_prefix_do_not_hold_consistent_reads() {
         "waited {waited:?}"
     );
     eprintln!("slowest wait with progress: {slowest:?}; without: {waited:?}");
+}
+
+#[test]
+fn events_keep_no_objects_but_reach_live_watchers() {
+    assert!(!keeps_objects("events"));
+    assert!(keeps_objects("pods"));
+    let cache = WatchCache::new("events", "", "events");
+    let event = |name: &str, reason: &str, rv: i64, prev: Option<(&str, i64)>| {
+        let obj = |reason: &str| {
+            Bytes::from(format!(
+                r#"{{"apiVersion":"v1","kind":"Event","metadata":{{"name":"{name}","namespace":"ns"}},"involvedObject":{{"name":"web"}},"reason":"{reason}"}}"#
+            ))
+        };
+        Event {
+            kind: EventKind::Put,
+            kv: KeyValue {
+                key: format!("/events/ns/{name}"),
+                value: obj(reason),
+                create_revision: rv,
+                mod_revision: rv,
+            },
+            prev: prev.map(|(r, at)| KeyValue {
+                key: format!("/events/ns/{name}"),
+                value: obj(r),
+                create_revision: at,
+                mod_revision: at,
+            }),
+        }
+    };
+    cache.reset(BTreeMap::new(), 3, 1);
+    // No watcher yet: only counted.
+    cache.apply(&event("a", "Scheduled", 2, None));
+    assert_eq!(cache.len(), 4);
+    assert!(cache.get("/events/ns/a").is_none());
+    assert!(cache.list("/events/", &Filter::default()).is_empty());
+    // A revision the caches have not reached, or one before the last change, is the store's.
+    assert!(matches!(
+        cache.subscribe(Filter::default(), WatchStart::After(5), 2),
+        Err(SubscribeError::TooOld)
+    ));
+    assert!(matches!(
+        cache.subscribe(Filter::default(), WatchStart::After(1), 2),
+        Err(SubscribeError::TooOld)
+    ));
+    let sub = cache
+        .subscribe(Filter::default(), WatchStart::After(2), 2)
+        .ok()
+        .unwrap();
+    let mut live = sub.live;
+    cache.apply(&event("b", "Pulled", 3, None));
+    cache.apply(&event("b", "Started", 4, Some(("Pulled", 3))));
+    let got: Vec<(EventType, i64)> = std::iter::from_fn(|| live.try_recv().ok())
+        .map(|(e, t)| (t, e.rv))
+        .collect();
+    assert_eq!(got, [(EventType::Added, 3), (EventType::Modified, 4)]);
+    assert_eq!(cache.len(), 5);
+    assert!(cache.read().ring.is_empty());
 }

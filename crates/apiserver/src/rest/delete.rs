@@ -289,15 +289,16 @@ pub async fn delete_collection(ctx: &Ctx<'_>, body: Bytes) -> Result<Response<Bo
         .current_revision()
         .await
         .map_err(storage_error)?;
-    let targets = if ctx
-        .api
-        .caches
-        .wait_consistent(current, super::list::CACHE_WAIT)
-        .await
+    let targets = if ctx.cache().keeps_objects()
+        && ctx
+            .api
+            .caches
+            .wait_consistent(current, super::list::CACHE_WAIT)
+            .await
     {
         ctx.cache().list(&ctx.list_prefix(), &filter)
     } else {
-        // The cache is behind or cannot tell: the store's current objects.
+        // No cache (Events), or it is behind or cannot tell: the store's current objects.
         let cache = ctx.cache();
         let page = ctx
             .api

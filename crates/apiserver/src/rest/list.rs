@@ -187,7 +187,7 @@ async fn run(ctx: &Ctx<'_>) -> Result<Response<Body>, Stop> {
             from_store(ctx, &filter, limit, Start::beginning(Some(rv_num))).await?
         }
         // resourceVersion=0: the cache, whatever the limit (upstream's `computeListLimit`).
-        (_, Some(_)) if rv == "0" => from_cache(ctx, &filter, rv, rv_num).await?,
+        (_, Some(_)) if rv == "0" => from_cache(ctx, &filter, rv, rv_num, limit).await?,
         // The legacy exact match: a limit with a resourceVersion reads at that revision.
         (None, Some(_)) if !rv.is_empty() => {
             from_store(ctx, &filter, limit, Start::beginning(Some(rv_num))).await?
@@ -203,13 +203,21 @@ async fn run(ctx: &Ctx<'_>) -> Result<Response<Body>, Stop> {
             }
             from_store(ctx, &filter, limit, Start::beginning(None)).await?
         }
-        (_, None) => from_cache(ctx, &filter, rv, rv_num).await?,
+        (_, None) => from_cache(ctx, &filter, rv, rv_num, None).await?,
     };
     Ok(finish(ctx, page).await?)
 }
 
-/// A whole list from the watch cache, once it has reached the revision the list needs.
-async fn from_cache(ctx: &Ctx<'_>, filter: &Filter, rv: &str, rv_num: i64) -> Result<Page, Stop> {
+/// A whole list from the watch cache, once it has reached the revision the list needs; for a
+/// resource without a cache (Events), the store's latest state, paged by `limit` as upstream's
+/// etcd3 store does.
+async fn from_cache(
+    ctx: &Ctx<'_>,
+    filter: &Filter,
+    rv: &str,
+    rv_num: i64,
+    limit: Option<usize>,
+) -> Result<Page, Stop> {
     let target = ctx.cache_target(rv, rv_num).await?;
     let caches = &ctx.api.caches;
     let reached = if rv.is_empty() {
@@ -224,6 +232,9 @@ async fn from_cache(ctx: &Ctx<'_>, filter: &Filter, rv: &str, rv_num: i64) -> Re
             return from_store(ctx, filter, None, Start::beginning(None)).await;
         }
         return Err(ApiError::too_large_resource_version(target, ctx.api.caches.revision()).into());
+    }
+    if !ctx.cache().keeps_objects() {
+        return from_store(ctx, filter, limit, Start::beginning(None)).await;
     }
     let revision = ctx.api.caches.revision();
     let items: Vec<Bytes> = ctx

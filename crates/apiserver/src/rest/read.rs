@@ -8,10 +8,11 @@ use crate::objects;
 use crate::response::{self, Body};
 
 /// `GET .../<name>`: a quorum read from the store by default; from the watch cache when the client
-/// accepts any version (`resourceVersion` set), as upstream.
+/// accepts any version (`resourceVersion` set) and the resource is cached, as upstream.
 pub async fn get(ctx: &Ctx<'_>) -> Result<Response<Body>, ApiError> {
     let rv = ctx.query.value("resourceVersion");
-    if rv.is_some() {
+    // A resource without a cache (Events) is read from the store whatever the client accepts.
+    if rv.is_some() && ctx.cache().keeps_objects() {
         objects::parse_resource_version(rv.unwrap_or("")).map_err(ApiError::bad_request)?;
         let key = ctx.key(ctx.namespace(), ctx.name());
         return match ctx.cache().get(&key) {

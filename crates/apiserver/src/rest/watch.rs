@@ -91,13 +91,29 @@ pub async fn watch(ctx: &Ctx<'_>) -> Result<Response<Body>, ApiError> {
         }
     }
     let cache = ctx.cache();
+    // A resource without a cache (Events): the initial state is the store's, then changes after it.
+    let (mut initial, start) = match start {
+        WatchStart::InitialState if !cache.keeps_objects() => {
+            let (events, revision) = store_initial(ctx, &filter).await?;
+            (events, WatchStart::After(revision))
+        }
+        start => (Vec::new(), start),
+    };
+    // Where a store watch starts when the cache cannot serve the watch.
+    let store_after = match start {
+        WatchStart::After(after) => after,
+        WatchStart::InitialState => rv_num,
+    };
     let failure = StoreFailure::default();
-    let (initial, live, start_rv, from_store) =
+    let (live, start_rv, from_store) =
         match cache.subscribe(filter.clone(), start, caches.revision()) {
-            Ok(sub) => (sub.initial, sub.live, sub.start_rv, false),
+            Ok(sub) => {
+                initial.extend(sub.initial);
+                (sub.live, sub.start_rv, false)
+            }
             Err(SubscribeError::TooOld) => {
-                match store_watch(ctx, &filter, rv_num, failure.clone()).await {
-                    Ok(live) => (Vec::new(), live, rv_num, true),
+                match store_watch(ctx, &filter, store_after, failure.clone()).await {
+                    Ok(live) => (live, store_after, true),
                     Err(status) => return Ok(error_stream(format, status)),
                 }
             }
@@ -140,6 +156,29 @@ pub async fn watch(ctx: &Ctx<'_>) -> Result<Response<Body>, ApiError> {
 /// reported by etcd only after the watch was created (its first item), and the client must get
 /// the 410 ERROR event to relist, not a clean end it would resume from the same revision forever.
 type StoreFailure = Arc<std::sync::Mutex<Option<ApiError>>>;
+
+/// The current objects a filter selects, read from the store, as ADDED events, and the revision
+/// they were read at: the initial state of a watch of a resource the cache keeps no objects of.
+async fn store_initial(
+    ctx: &Ctx<'_>,
+    filter: &crate::filter::Filter,
+) -> Result<(Vec<(Arc<CacheEvent>, EventType)>, i64), ApiError> {
+    let page = ctx
+        .api
+        .store
+        .list(storage::ListOptions::prefix(&ctx.list_prefix()))
+        .await
+        .map_err(storage_error)?;
+    let cache = ctx.cache();
+    let events = page
+        .items
+        .iter()
+        .filter_map(|kv| cache.make_object(&kv.value, kv.mod_revision))
+        .filter(|obj| filter.matches(&obj.attrs))
+        .map(|obj| (Arc::new(CacheEvent::added(obj)), EventType::Added))
+        .collect();
+    Ok((events, page.revision))
+}
 
 /// A store watch for a revision older than the cache keeps, converted to cache events.
 async fn store_watch(

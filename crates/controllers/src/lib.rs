@@ -284,7 +284,13 @@ pub const CONTROLLERS: &[ControllerDescriptor] = &[
         alias: "garbagecollector",
         enabled_by_default: true,
         workers: 20,
-        run: |c| Box::pin(garbagecollector::run(c.client.clone(), c.workers)),
+        run: |c| {
+            Box::pin(garbagecollector::run(
+                c.client.clone(),
+                c.factory.clone(),
+                c.workers,
+            ))
+        },
     },
     ControllerDescriptor {
         name: "namespace-controller",

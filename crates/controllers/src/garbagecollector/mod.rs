@@ -9,8 +9,13 @@
 //! attempt-to-orphan. Workers verify owners with a live GET by name and uid before acting, and delete
 //! with a uid precondition, so a stale cache never deletes the wrong object.
 //!
-//! Differences from upstream: monitors are this controller's own informers (not the shared metadata
-//! informer factory), so monitors of resources that disappear can be stopped; ownerReferences and
+//! Pods and ReplicaSets are followed through the shared informer factory's typed informers, which
+//! other controllers and the scheduler keep anyway (upstream's `InformerFactory.ForResource` prefers
+//! the typed informer for every built-in kind): one cached copy of each pod, not two.
+//!
+//! Differences from upstream: other monitors are this controller's own metadata informers (not a
+//! shared metadata informer factory), so monitors of resources that disappear can be stopped (a
+//! shared one loses only this controller's handler); ownerReferences and
 //! finalizers are rewritten with a JSON merge patch carrying the read resourceVersion (upstream uses
 //! strategic merge / JSON patches), which works the same for built-in and custom resources.
 
@@ -24,10 +29,15 @@ use std::time::Duration;
 
 use client::controller::Controller;
 use client::events::{ApiEventSink, EventBroadcaster, EventType as RecordedType, Recorder};
-use client::informer::{metadata_informer, EventHandlerFuncs, InformerConfig, SharedInformer};
+use client::informer::{
+    metadata_informer, EventHandlerFuncs, HandlerRegistration, InformerConfig, SharedInformer,
+    SharedInformerFactory,
+};
 use client::workqueue::{default_controller_rate_limiter, QueueConfig, RateLimitingQueue};
 use futures::StreamExt;
+use k8s_openapi::api::apps::v1::ReplicaSet;
 use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use kube::api::{
     ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, Preconditions, PropagationPolicy,
@@ -52,11 +62,46 @@ const IGNORED: &[(&str, &str)] = &[("", "events"), ("events.k8s.io", "events")];
 
 type Meta = PartialObjectMeta<DynamicObject>;
 
+/// What follows one resource for the graph.
+#[derive(Clone)]
+enum Monitor {
+    /// The collector's own metadata informer.
+    Own(Arc<SharedInformer<Meta>>),
+    /// This collector's handler on the shared factory's typed informer.
+    Pods(Arc<SharedInformer<Pod>>, HandlerRegistration),
+    ReplicaSets(Arc<SharedInformer<ReplicaSet>>, HandlerRegistration),
+}
+
+impl Monitor {
+    /// Stops following: an own informer stops; a shared one only loses this collector's handler.
+    fn stop(&self) {
+        match self {
+            Monitor::Own(i) => i.stop(),
+            Monitor::Pods(i, r) => {
+                i.remove_event_handler(r);
+            }
+            Monitor::ReplicaSets(i, r) => {
+                i.remove_event_handler(r);
+            }
+        }
+    }
+
+    async fn wait_for_sync(&self) {
+        match self {
+            Monitor::Own(i) => i.wait_for_sync().await,
+            Monitor::Pods(i, _) => i.wait_for_sync().await,
+            Monitor::ReplicaSets(i, _) => i.wait_for_sync().await,
+        }
+    }
+}
+
 struct Gc {
     client: Client,
     graph: Mutex<Graph>,
     discovery: RwLock<Arc<Discovery>>,
-    monitors: Mutex<HashMap<String, Arc<SharedInformer<Meta>>>>,
+    monitors: Mutex<HashMap<String, Monitor>>,
+    /// The shared informers Pods and ReplicaSets are followed through.
+    factory: Arc<SharedInformerFactory>,
     changes: mpsc::UnboundedSender<GraphEvent>,
     attempt_to_delete: RateLimitingQueue<String>,
     attempt_to_orphan: RateLimitingQueue<String>,
@@ -74,7 +119,7 @@ enum Outcome {
 
 /// Runs the collector with `workers` deleting and as many orphaning workers (upstream
 /// `--concurrent-gc-syncs`).
-pub async fn run(client: Client, workers: usize) {
+pub async fn run(client: Client, factory: Arc<SharedInformerFactory>, workers: usize) {
     let broadcaster = EventBroadcaster::new();
     broadcaster.start_recording_to_sink(ApiEventSink::new(client.clone()));
     let (tx, mut rx) = mpsc::unbounded_channel();
@@ -84,6 +129,7 @@ pub async fn run(client: Client, workers: usize) {
         graph: Mutex::new(Graph::default()),
         discovery: RwLock::new(Arc::new(Discovery::default())),
         monitors: Mutex::new(HashMap::new()),
+        factory,
         changes: tx,
         attempt_to_delete: RateLimitingQueue::with_config(
             default_controller_rate_limiter::<String>(),
@@ -154,8 +200,12 @@ fn identity_of(resource: &ApiResource, meta: &ObjectMeta) -> Identity {
     }
 }
 
-fn graph_event(t: EventType, resource: &ApiResource, obj: &Meta, old: Option<&Meta>) -> GraphEvent {
-    let meta = &obj.metadata;
+fn graph_event(
+    t: EventType,
+    resource: &ApiResource,
+    meta: &ObjectMeta,
+    old: Option<&ObjectMeta>,
+) -> GraphEvent {
     GraphEvent {
         event_type: t,
         virtual_event: false,
@@ -165,8 +215,8 @@ fn graph_event(t: EventType, resource: &ApiResource, obj: &Meta, old: Option<&Me
         finalizers: meta.finalizers.clone().unwrap_or_default(),
         old: old.map(|o| {
             (
-                o.metadata.deletion_timestamp.is_some(),
-                o.metadata.finalizers.clone().unwrap_or_default(),
+                o.deletion_timestamp.is_some(),
+                o.finalizers.clone().unwrap_or_default(),
             )
         }),
     }
@@ -192,7 +242,7 @@ impl Gc {
         self.graph.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn lock_monitors(&self) -> MutexGuard<'_, HashMap<String, Arc<SharedInformer<Meta>>>> {
+    fn lock_monitors(&self) -> MutexGuard<'_, HashMap<String, Monitor>> {
         self.monitors.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -269,9 +319,40 @@ impl Gc {
         }
     }
 
-    fn start_monitor(&self, resource: &ApiResource) -> Arc<SharedInformer<Meta>> {
-        let api = Api::<DynamicObject>::all_with(self.client.clone(), resource);
-        let informer = metadata_informer(api, InformerConfig::new().trim_managed_fields());
+    fn start_monitor(&self, resource: &ApiResource) -> Monitor {
+        match (resource.api_version.as_str(), resource.kind.as_str()) {
+            ("v1", "Pod") => {
+                let informer = self.factory.informer::<Pod>();
+                let registration = self.follow(&informer, resource, |p: &Pod| &p.metadata);
+                self.factory.start();
+                Monitor::Pods(informer, registration)
+            }
+            ("apps/v1", "ReplicaSet") => {
+                let informer = self.factory.informer::<ReplicaSet>();
+                let registration = self.follow(&informer, resource, |r: &ReplicaSet| &r.metadata);
+                self.factory.start();
+                Monitor::ReplicaSets(informer, registration)
+            }
+            _ => {
+                let api = Api::<DynamicObject>::all_with(self.client.clone(), resource);
+                let informer = metadata_informer(api, InformerConfig::new().trim_managed_fields());
+                self.follow(&informer, resource, |m: &Meta| &m.metadata);
+                informer.start();
+                Monitor::Own(informer)
+            }
+        }
+    }
+
+    /// Registers the handler that turns an informer's changes into graph events.
+    fn follow<K>(
+        &self,
+        informer: &SharedInformer<K>,
+        resource: &ApiResource,
+        meta: fn(&K) -> &ObjectMeta,
+    ) -> HandlerRegistration
+    where
+        K: kube::Resource + Clone + Send + Sync + 'static,
+    {
         let (r1, r2, r3) = (resource.clone(), resource.clone(), resource.clone());
         let (t1, t2, t3) = (
             self.changes.clone(),
@@ -280,18 +361,21 @@ impl Gc {
         );
         informer.add_event_handler(
             EventHandlerFuncs::new()
-                .on_add(move |o: &Arc<Meta>, _| {
-                    let _ = t1.send(graph_event(EventType::Add, &r1, o, None));
+                .on_add(move |o: &Arc<K>, _| {
+                    let _ = t1.send(graph_event(EventType::Add, &r1, meta(o), None));
                 })
-                .on_update(move |old: &Arc<Meta>, new: &Arc<Meta>| {
-                    let _ = t2.send(graph_event(EventType::Update, &r2, new, Some(old)));
+                .on_update(move |old: &Arc<K>, new: &Arc<K>| {
+                    let _ = t2.send(graph_event(
+                        EventType::Update,
+                        &r2,
+                        meta(new),
+                        Some(meta(old)),
+                    ));
                 })
                 .on_delete(move |d| {
-                    let _ = t3.send(graph_event(EventType::Delete, &r3, d.object(), None));
+                    let _ = t3.send(graph_event(EventType::Delete, &r3, meta(d.object()), None));
                 }),
-        );
-        informer.start();
-        informer
+        )
     }
 
     fn resolve(&self, api_version: &str, kind: &str) -> Result<Discovered, String> {

@@ -617,7 +617,8 @@ pub async fn run(args: ScheduleBenchArgs) -> Result<(), String> {
     // A percentile of a handful of one-second samples says nothing (a 4 s run has no p99), so
     // each is printed only with enough samples for it: 1/(1-q) of them, and 5 for the median.
     let pct = |q: f64| -> String {
-        let enough = (1.0 / (1.0 - q)).ceil().max(5.0) as usize;
+        // (less a hair: 1/(1-0.9) is 10.000000000000002 in floating point)
+        let enough = (1.0 / (1.0 - q) - 1e-9).ceil().max(5.0) as usize;
         if samples.len() < enough {
             return "-".into();
         }

@@ -80,6 +80,9 @@ pub struct CacheEvent {
     pub deleted: bool,
     pub object: Arc<CachedObject>,
     pub prev: Option<Arc<CachedObject>>,
+    /// The object's key, for the events kept in the ring (pages at older revisions are rebuilt from
+    /// it: `watch_cache_pages.rs`); empty for synthetic and store-read events, which never are.
+    pub key: String,
     /// Each frame built once, however many watchers receive it: by format, then by event type.
     frames: [[OnceLock<Bytes>; 3]; 3],
 }
@@ -96,6 +99,7 @@ impl CacheEvent {
             deleted,
             object,
             prev,
+            key: String::new(),
             frames: Default::default(),
         }
     }
@@ -348,7 +352,7 @@ impl WatchCache {
                     tracing::warn!(key, "watch cache: undecodable object skipped");
                     return;
                 };
-                inner.objects.insert(key, obj.clone());
+                inner.objects.insert(key.clone(), obj.clone());
                 CacheEvent::new(rv, false, obj, prev)
             }
             EventKind::Delete => {
@@ -364,7 +368,7 @@ impl WatchCache {
                 CacheEvent::new(rv, true, obj, prev)
             }
         };
-        let cache_event = Arc::new(cache_event);
+        let cache_event = Arc::new(CacheEvent { key, ..cache_event });
         if inner.ring.len() >= RING_CAPACITY {
             if let Some(oldest) = inner.ring.pop_front() {
                 inner.window_start = oldest.rv;
@@ -808,3 +812,7 @@ mod tests {
 #[cfg(test)]
 #[path = "watch_cache_tests.rs"]
 mod cache_tests;
+
+#[path = "watch_cache_pages.rs"]
+mod pages;
+pub use pages::{CachePage, PageError, PageRequest};

@@ -1,11 +1,13 @@
 //! LIST (upstream `handlers.ListResource` over the cacher and the etcd3 store):
-//! - without `limit` (or with `resourceVersion=0`, where upstream's cache ignores the limit): a read
-//!   from the watch cache, after it has caught up with the store's current revision (or the requested
-//!   one);
-//! - with `limit`/`continue`, or `resourceVersionMatch=Exact`: pages read from the store at one
-//!   revision, so every page belongs to the same snapshot (upstream's etcd3 `GetList`): the continue
-//!   token is upstream's (base64 of `{"v":"meta.k8s.io/v1","rv":N,"start":"<last key>\u0000"}`), and
-//!   `remainingItemCount` is set when no selector filters the list;
+//! - a read from the watch cache, after it has caught up with the store's current revision (or the
+//!   requested one), whole or the first page of `limit` (with `resourceVersion=0` always whole, as
+//!   upstream's `computeListLimit`);
+//! - continuations and `resourceVersionMatch=Exact` lists from the cache at the token's (the asked)
+//!   revision while its events are in memory (upstream 1.33+'s `ListFromCacheSnapshot`;
+//!   `watch_cache_pages.rs`), else pages read from the store at that revision (upstream's etcd3
+//!   `GetList`), so every page belongs to the same snapshot: the continue token is upstream's (base64
+//!   of `{"v":"meta.k8s.io/v1","rv":N,"start":"<last key>\u0000"}`), and `remainingItemCount` is set
+//!   when no selector filters the list;
 //! - a continue token whose revision was compacted is 410 Expired with a fresh token (revision -1:
 //!   "the latest") in the Status' `metadata.continue`, to finish the list inconsistently.
 
@@ -23,6 +25,7 @@ use super::{storage_error, table, Ctx};
 use crate::filter::{Attrs, Filter};
 use crate::objects;
 use crate::response::{self, Body, Representation};
+use crate::watch_cache::{PageError, PageRequest};
 
 /// How long a list waits for the watch cache to reach the revision it needs.
 pub const CACHE_WAIT: Duration = Duration::from_secs(3);
@@ -177,40 +180,33 @@ async fn run(ctx: &Ctx<'_>) -> Result<Response<Body>, Stop> {
             key,
             continuing: true,
         };
-        let page = from_store(ctx, &filter, limit, start).await?;
+        let cached = start
+            .at
+            .and_then(|at| from_cache_at(ctx, &filter, limit, &start.key, at));
+        let page = match cached {
+            Some(page) => page,
+            None => from_store(ctx, &filter, limit, start).await?,
+        };
         return Ok(finish(ctx, page).await?);
     }
     let rv_num = objects::parse_resource_version(rv).map_err(ApiError::bad_request)?;
     let page = match (rv_match, limit) {
         // Exact: at that revision, whole or paged.
-        (Some("Exact"), _) => {
-            from_store(ctx, &filter, limit, Start::beginning(Some(rv_num))).await?
-        }
+        (Some("Exact"), _) => exact(ctx, &filter, limit, rv_num).await?,
         // resourceVersion=0: the cache, whatever the limit (upstream's `computeListLimit`).
         (_, Some(_)) if rv == "0" => from_cache(ctx, &filter, rv, rv_num, limit).await?,
         // The legacy exact match: a limit with a resourceVersion reads at that revision.
-        (None, Some(_)) if !rv.is_empty() => {
-            from_store(ctx, &filter, limit, Start::beginning(Some(rv_num))).await?
-        }
-        // Not older than the revision asked for (or the current one): a page of the latest state.
-        (_, Some(_)) => {
-            if !rv.is_empty() && !ctx.api.caches.wait_for(rv_num, CACHE_WAIT).await {
-                return Err(ApiError::too_large_resource_version(
-                    rv_num,
-                    ctx.api.caches.revision(),
-                )
-                .into());
-            }
-            from_store(ctx, &filter, limit, Start::beginning(None)).await?
-        }
-        (_, None) => from_cache(ctx, &filter, rv, rv_num, None).await?,
+        (None, Some(_)) if !rv.is_empty() => exact(ctx, &filter, limit, rv_num).await?,
+        // Not older than the revision asked for (or the current one): the latest state, whole or
+        // a first page (upstream 1.33+'s cacher pages from memory too).
+        (_, limit) => from_cache(ctx, &filter, rv, rv_num, limit).await?,
     };
     Ok(finish(ctx, page).await?)
 }
 
-/// A whole list from the watch cache, once it has reached the revision the list needs; for a
-/// resource without a cache (Events), the store's latest state, paged by `limit` as upstream's
-/// etcd3 store does.
+/// A list (whole with `resourceVersion=0`, as upstream's `computeListLimit`, else up to `limit`)
+/// from the watch cache, once it has reached the revision the list needs; for a resource without a
+/// cache (Events), the store's latest state, paged by `limit` as upstream's etcd3 store does.
 async fn from_cache(
     ctx: &Ctx<'_>,
     filter: &Filter,
@@ -229,25 +225,88 @@ async fn from_cache(
         if rv.is_empty() {
             // The cache is behind (or cannot tell, without progress notifications): read the store
             // instead of failing, as upstream falls back to etcd.
-            return from_store(ctx, filter, None, Start::beginning(None)).await;
+            return from_store(ctx, filter, limit, Start::beginning(None)).await;
         }
         return Err(ApiError::too_large_resource_version(target, ctx.api.caches.revision()).into());
     }
     if !ctx.cache().keeps_objects() {
         return from_store(ctx, filter, limit, Start::beginning(None)).await;
     }
-    let revision = ctx.api.caches.revision();
-    let items: Vec<Bytes> = ctx
-        .cache()
-        .list(&ctx.list_prefix(), filter)
-        .iter()
-        .map(|o| o.json.clone())
-        .collect();
+    let limit = if rv == "0" { None } else { limit };
+    match cache_page(ctx, filter, limit, "", None) {
+        Ok(page) => Ok(page),
+        // Only a cache that keeps no objects refuses its latest state; handled above.
+        Err(_) => from_store(ctx, filter, limit, Start::beginning(None)).await,
+    }
+}
+
+/// An exact list (`resourceVersionMatch=Exact`, or the legacy `resourceVersion` with `limit`): from
+/// the cache while that revision is in its window (upstream's `ShouldDelegateExactRV` with
+/// `ListFromCacheSnapshot`), else from the store.
+async fn exact(
+    ctx: &Ctx<'_>,
+    filter: &Filter,
+    limit: Option<usize>,
+    rv: i64,
+) -> Result<Page, Stop> {
+    match from_cache_at(ctx, filter, limit, "", rv) {
+        Some(page) => Ok(page),
+        None => from_store(ctx, filter, limit, Start::beginning(Some(rv))).await,
+    }
+}
+
+/// A list from the watch cache at revision `at` (an exact list or a continuation), or `None` when
+/// the cache cannot serve it: the revision was compacted (the store answers 410), its events left
+/// the cache's window, or the cache has not reached it.
+fn from_cache_at(
+    ctx: &Ctx<'_>,
+    filter: &Filter,
+    limit: Option<usize>,
+    start_key: &str,
+    at: i64,
+) -> Option<Page> {
+    if at < ctx.api.caches.compacted() {
+        return None;
+    }
+    cache_page(ctx, filter, limit, start_key, Some(at)).ok()
+}
+
+/// A page of the cache (upstream's cacher `GetList` over a snapshot): the continue token names the
+/// last selected key, and `remainingItemCount` counts the keys left when nothing filters the list.
+fn cache_page(
+    ctx: &Ctx<'_>,
+    filter: &Filter,
+    limit: Option<usize>,
+    start_key: &str,
+    at: Option<i64>,
+) -> Result<Page, PageError> {
+    let prefix = ctx.list_prefix();
+    let page = ctx.cache().page(
+        &ctx.api.caches,
+        &PageRequest {
+            prefix: &prefix,
+            start: start_key,
+            at,
+            filter,
+            limit,
+        },
+    )?;
+    let next = page.last_key.as_deref().map(|k| {
+        encode_continue(
+            page.revision,
+            &format!("{}\0", k.strip_prefix(prefix.as_str()).unwrap_or(k)),
+        )
+    });
+    let selective = filter.labels.is_some() || filter.fields.is_some();
+    let remaining = match (&next, limit) {
+        (Some(_), Some(l)) if !selective => Some(page.count as i64 - l as i64),
+        _ => None,
+    };
     Ok(Page {
-        items,
-        revision,
-        next: None,
-        remaining: None,
+        items: page.items.iter().map(|o| o.json.clone()).collect(),
+        revision: page.revision,
+        next,
+        remaining,
     })
 }
 

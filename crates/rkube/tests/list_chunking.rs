@@ -384,6 +384,88 @@ fn continue_past_compaction_is_inconsistent(backend: Backend) {
     });
 }
 
+/// Writes between pages do not show in the continuation: every page shows the first page's
+/// revision (upstream 1.33+ serves them from the watch cache's snapshot, rkube rebuilds it from the
+/// cache's event ring), and an exact list at that revision shows the same state.
+fn writes_between_pages_stay_out_of_the_continuation(backend: Backend) {
+    let c = Cluster::start(backend);
+    runtime().block_on(async {
+        let client = c.client().await;
+        create_namespace(&client, "snapshot").await;
+        create_templates(&client, "snapshot", 40).await;
+        let path = "/api/v1/namespaces/snapshot/podtemplates";
+        let (code, first) = get(&client, &format!("{path}?limit=10"), None).await;
+        assert_eq!(code, 200, "{first}");
+        assert_eq!(names(&first), expected_names(0..10));
+        let rv = first["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let mut token = first["metadata"]["continue"].as_str().unwrap().to_string();
+
+        // After the first page: a delete, a relabel and a create inside the rest of the range.
+        let api: Api<PodTemplate> = Api::namespaced(client.clone(), "snapshot");
+        api.delete("template-0015", &Default::default())
+            .await
+            .unwrap();
+        let patch = json!({"metadata": {"labels": {"parity": "changed"}}});
+        api.patch(
+            "template-0025",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+        .unwrap();
+        api.create(
+            &PostParams::default(),
+            &template("template-0030a", json!({})),
+        )
+        .await
+        .unwrap();
+
+        let mut seen = names(&first);
+        loop {
+            let (code, page) =
+                get(&client, &format!("{path}?limit=10&continue={token}"), None).await;
+            assert_eq!(code, 200, "{page}");
+            assert_eq!(page["metadata"]["resourceVersion"], rv.as_str());
+            for item in page["items"].as_array().unwrap() {
+                if item["metadata"]["name"] == "template-0025" {
+                    assert_eq!(item["metadata"]["labels"]["parity"], "odd", "{item}");
+                }
+            }
+            seen.extend(names(&page));
+            match page["metadata"]["continue"].as_str() {
+                Some(t) => {
+                    assert_eq!(
+                        page["metadata"]["remainingItemCount"].as_u64().unwrap() as usize
+                            + seen.len(),
+                        40
+                    );
+                    token = t.to_string();
+                }
+                None => break,
+            }
+        }
+        assert_eq!(seen, expected_names(0..40));
+
+        // The same state whole, by an exact list at the first page's revision; the latest differs.
+        let (code, exact) = get(
+            &client,
+            &format!("{path}?resourceVersion={rv}&resourceVersionMatch=Exact"),
+            None,
+        )
+        .await;
+        assert_eq!(code, 200, "{exact}");
+        assert_eq!(names(&exact), expected_names(0..40));
+        let (_, latest) = get(&client, path, None).await;
+        let latest = names(&latest);
+        assert_eq!(latest.len(), 40);
+        assert!(!latest.contains(&"template-0015".to_string()));
+        assert!(latest.contains(&"template-0030a".to_string()));
+    });
+}
+
 /// Bad tokens and options: upstream's codes and texts.
 fn malformed_continue_tokens_are_rejected(backend: Backend) {
     let c = Cluster::start(backend);
@@ -555,6 +637,7 @@ fn tables(backend: Backend) {
 
 on_both_backends!(
     chunks_of_results_for_list_calls,
+    writes_between_pages_stay_out_of_the_continuation,
     continue_past_compaction_is_inconsistent,
     malformed_continue_tokens_are_rejected,
     tables,

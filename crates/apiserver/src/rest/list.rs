@@ -180,23 +180,21 @@ async fn run(ctx: &Ctx<'_>) -> Result<Response<Body>, Stop> {
             key,
             continuing: true,
         };
-        let cached = start
-            .at
-            .and_then(|at| from_cache_at(ctx, &filter, limit, &start.key, at));
-        let page = match cached {
-            Some(page) => page,
-            None => from_store(ctx, &filter, limit, start).await?,
-        };
+        let page = at_revision(ctx, &filter, limit, start).await?;
         return Ok(finish(ctx, page).await?);
     }
     let rv_num = objects::parse_resource_version(rv).map_err(ApiError::bad_request)?;
     let page = match (rv_match, limit) {
         // Exact: at that revision, whole or paged.
-        (Some("Exact"), _) => exact(ctx, &filter, limit, rv_num).await?,
+        (Some("Exact"), _) => {
+            at_revision(ctx, &filter, limit, Start::beginning(Some(rv_num))).await?
+        }
         // resourceVersion=0: the cache, whatever the limit (upstream's `computeListLimit`).
         (_, Some(_)) if rv == "0" => from_cache(ctx, &filter, rv, rv_num, limit).await?,
         // The legacy exact match: a limit with a resourceVersion reads at that revision.
-        (None, Some(_)) if !rv.is_empty() => exact(ctx, &filter, limit, rv_num).await?,
+        (None, Some(_)) if !rv.is_empty() => {
+            at_revision(ctx, &filter, limit, Start::beginning(Some(rv_num))).await?
+        }
         // Not older than the revision asked for (or the current one): the latest state, whole or
         // a first page (upstream 1.33+'s cacher pages from memory too).
         (_, limit) => from_cache(ctx, &filter, rv, rv_num, limit).await?,
@@ -240,35 +238,23 @@ async fn from_cache(
     }
 }
 
-/// An exact list (`resourceVersionMatch=Exact`, or the legacy `resourceVersion` with `limit`): from
-/// the cache while that revision is in its window (upstream's `ShouldDelegateExactRV` with
-/// `ListFromCacheSnapshot`), else from the store.
-async fn exact(
+/// A list at the revision `start` names (an exact list: `resourceVersionMatch=Exact` or the legacy
+/// `resourceVersion` with `limit`; or a continuation): from the cache while that revision's events
+/// are in its window (upstream's `ShouldDelegateExactRV` with `ListFromCacheSnapshot`), else from the
+/// store: when the revision was compacted (the store answers 410), left the window, is not reached
+/// yet, or is the latest (a 410's fresh token).
+async fn at_revision(
     ctx: &Ctx<'_>,
     filter: &Filter,
     limit: Option<usize>,
-    rv: i64,
+    start: Start,
 ) -> Result<Page, Stop> {
-    match from_cache_at(ctx, filter, limit, "", rv) {
-        Some(page) => Ok(page),
-        None => from_store(ctx, filter, limit, Start::beginning(Some(rv))).await,
+    if let Some(at) = start.at.filter(|at| *at >= ctx.api.caches.compacted()) {
+        if let Ok(page) = cache_page(ctx, filter, limit, &start.key, Some(at)) {
+            return Ok(page);
+        }
     }
-}
-
-/// A list from the watch cache at revision `at` (an exact list or a continuation), or `None` when
-/// the cache cannot serve it: the revision was compacted (the store answers 410), its events left
-/// the cache's window, or the cache has not reached it.
-fn from_cache_at(
-    ctx: &Ctx<'_>,
-    filter: &Filter,
-    limit: Option<usize>,
-    start_key: &str,
-    at: i64,
-) -> Option<Page> {
-    if at < ctx.api.caches.compacted() {
-        return None;
-    }
-    cache_page(ctx, filter, limit, start_key, Some(at)).ok()
+    from_store(ctx, filter, limit, start).await
 }
 
 /// A page of the cache (upstream's cacher `GetList` over a snapshot): the continue token names the

@@ -261,6 +261,7 @@ impl Ctx {
         }
         let claim_key = key_of(&claim.metadata);
         let Some(error) = last_error else {
+            self.sync_provisioned(claim_key.clone());
             self.claim_event(
                 &claim,
                 &Event::normal(

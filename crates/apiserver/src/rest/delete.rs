@@ -299,18 +299,7 @@ pub async fn delete_collection(ctx: &Ctx<'_>, body: Bytes) -> Result<Response<Bo
         ctx.cache().list(&ctx.list_prefix(), &filter)
     } else {
         // No cache (Events), or it is behind or cannot tell: the store's current objects.
-        let cache = ctx.cache();
-        let page = ctx
-            .api
-            .store
-            .list(storage::ListOptions::prefix(&ctx.list_prefix()))
-            .await
-            .map_err(storage_error)?;
-        page.items
-            .iter()
-            .filter_map(|kv| cache.make_object(&kv.value, kv.mod_revision))
-            .filter(|obj| filter.matches(&obj.attrs))
-            .collect()
+        super::list::from_store_now(ctx, &filter).await?.0
     };
     let mut items = Vec::new();
     for obj in targets {

@@ -39,6 +39,29 @@ const INCONSISTENT_CONTINUE: &str = "The provided continue parameter is too old 
 /// Upstream's `expired`: an exact list at a compacted revision.
 const LIST_EXPIRED: &str = "The resourceVersion for the provided list is too old.";
 
+/// The current objects `filter` selects, read from the store rather than the watch cache (a resource
+/// the cache keeps no objects of, or a cache that is behind), decoded as the cache decodes them, and
+/// the revision they were read at.
+pub(super) async fn from_store_now(
+    ctx: &Ctx<'_>,
+    filter: &Filter,
+) -> Result<(Vec<std::sync::Arc<crate::watch_cache::CachedObject>>, i64), ApiError> {
+    let page = ctx
+        .api
+        .store
+        .list(ListOptions::prefix(&ctx.list_prefix()))
+        .await
+        .map_err(storage_error)?;
+    let cache = ctx.cache();
+    let objects = page
+        .items
+        .iter()
+        .filter_map(|kv| cache.make_object(&kv.value, kv.mod_revision))
+        .filter(|obj| filter.matches(&obj.attrs))
+        .collect();
+    Ok((objects, page.revision))
+}
+
 pub fn filter_of(ctx: &Ctx<'_>) -> Result<Filter, ApiError> {
     let namespace = if ctx.resource.namespaced {
         ctx.req.namespace.clone()

@@ -163,21 +163,12 @@ async fn store_initial(
     ctx: &Ctx<'_>,
     filter: &crate::filter::Filter,
 ) -> Result<(Vec<(Arc<CacheEvent>, EventType)>, i64), ApiError> {
-    let page = ctx
-        .api
-        .store
-        .list(storage::ListOptions::prefix(&ctx.list_prefix()))
-        .await
-        .map_err(storage_error)?;
-    let cache = ctx.cache();
-    let events = page
-        .items
-        .iter()
-        .filter_map(|kv| cache.make_object(&kv.value, kv.mod_revision))
-        .filter(|obj| filter.matches(&obj.attrs))
+    let (objects, revision) = super::list::from_store_now(ctx, filter).await?;
+    let events = objects
+        .into_iter()
         .map(|obj| (Arc::new(CacheEvent::added(obj)), EventType::Added))
         .collect();
-    Ok((events, page.revision))
+    Ok((events, revision))
 }
 
 /// A store watch for a revision older than the cache keeps, converted to cache events.

@@ -481,6 +481,8 @@ fn malformed_continue_tokens_are_rejected(backend: Backend) {
             (b64(r#"{"v":"meta.k8s.io/v1","rv":5,"start":""}"#), "invalid continue token: continue key is not valid: encoded start key empty (version meta.k8s.io/v1)"),
             (b64(r#"{"v":"meta.k8s.io/v2","rv":5,"start":"a"}"#), "invalid continue token: continue key is not valid: server does not recognize this encoded version meta.k8s.io/v2"),
             (b64(r#"{"v":"meta.k8s.io/v1","rv":5,"start":"../../secrets/"}"#), "invalid continue token: continue key is not valid: ../../secrets/"),
+            (b64(r#"{"v":"meta.k8s.io/v1","rv":9223372036854775808,"start":"a"}"#), "invalid continue token: continue key is not valid: json: cannot unmarshal number 9223372036854775808 into Go struct field continueToken.rv of type int64"),
+            (b64(r#"{"v":"meta.k8s.io/v1","rv":"5","start":"a"}"#), "invalid continue token: continue key is not valid: json: cannot unmarshal string into Go struct field continueToken.rv of type int64"),
         ];
         for (token, message) in cases {
             let (code, status) = get(&client, &format!("{path}?limit=2&continue={token}"), None).await;
@@ -507,6 +509,18 @@ fn malformed_continue_tokens_are_rejected(backend: Backend) {
         let (code, status) = get(&client, &format!("{path}?resourceVersionMatch=Exact"), None).await;
         assert_eq!(code, 422);
         assert_eq!(status["message"], "ListOptions.meta.k8s.io \"\" is invalid: resourceVersionMatch: Forbidden: resourceVersionMatch is forbidden unless resourceVersion is provided");
+        // A negative revision is upstream's "inconsistent continuation": the latest state, from the
+        // key on (the token the 410 hands out). Not an error, and the page says the revision served.
+        let (code, latest) = get(&client, &format!("{path}?limit=2&continue={}", b64(r#"{"v":"meta.k8s.io/v1","rv":-7,"start":"template-0002\u0000"}"#)), None).await;
+        assert_eq!(code, 200, "{latest}");
+        assert_eq!(names(&latest), ["template-0003", "template-0004"]);
+        let revision = |list: &Value| list["metadata"]["resourceVersion"].as_str().and_then(|v| v.parse::<i64>().ok());
+        assert!(revision(&latest) >= revision(&first), "{latest}");
+        // A revision the server has not reached: the cache waits, then upstream's 504.
+        let (code, status) = get(&client, &format!("{path}?limit=2&continue={}", b64(r#"{"v":"meta.k8s.io/v1","rv":9223372036854775807,"start":"a"}"#)), None).await;
+        assert_eq!(code, 504, "{status}");
+        assert_eq!(status["reason"], "Timeout");
+        assert!(status["message"].as_str().unwrap().starts_with("Too large resource version: 9223372036854775807"), "{status}");
         // A token from one namespace continues in another from the same name.
         let (code, other) = get(&client, &format!("/api/v1/namespaces/kube-system/podtemplates?limit=2&continue={token}"), None).await;
         assert_eq!(code, 200, "{other}");

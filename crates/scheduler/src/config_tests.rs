@@ -77,7 +77,7 @@ fn defaults_are_upstreams() {
     );
     assert_eq!(at(&c, 0, "bind"), ["DefaultBinder"]);
     assert_eq!(at(&c, 0, "preBind"), ["VolumeBinding", "DynamicResources"]);
-    assert_eq!(at(&c, 0, "reserve"), ["DynamicResources"]);
+    assert_eq!(at(&c, 0, "reserve"), ["VolumeBinding", "DynamicResources"]);
 }
 
 #[test]

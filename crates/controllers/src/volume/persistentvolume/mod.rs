@@ -23,6 +23,7 @@ pub mod binder;
 pub mod index;
 mod operations;
 pub mod provisioner;
+mod writes;
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -35,11 +36,11 @@ use client::workqueue::{default_controller_rate_limiter, QueueConfig, RateLimiti
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use k8s_openapi::api::storage::v1::StorageClass;
-use kube::api::PostParams;
 use kube::{Api, Resource};
 
 use binder::{ClaimAction, Event, VolumeAction};
 use provisioner::Provisioners;
+use writes::api_error;
 
 use crate::volume::{index_pods_by_claim, is_pod_terminated, key_of, POD_PVC_INDEX};
 
@@ -230,10 +231,6 @@ fn may_concern(volume: &PersistentVolume, claim: &PersistentVolumeClaim) -> bool
     names_claim || (named.is_some() && volume.metadata.name.as_deref() == named)
 }
 
-fn api_error(what: &str, e: kube::Error) -> String {
-    format!("{what}: {}", crate::api_error_message(&e))
-}
-
 pub(crate) fn is_not_found(e: &kube::Error) -> bool {
     matches!(e, kube::Error::Api(s) if s.code == 404)
 }
@@ -290,124 +287,6 @@ impl Ctx {
             EventType::Normal
         };
         self.recorder.event(r, t, e.reason, &e.message);
-    }
-
-    fn claims_api(&self, claim: &PersistentVolumeClaim) -> Api<PersistentVolumeClaim> {
-        Api::namespaced(
-            self.client.clone(),
-            claim.metadata.namespace.as_deref().unwrap_or(""),
-        )
-    }
-
-    fn volumes_api(&self) -> Api<PersistentVolume> {
-        Api::all(self.client.clone())
-    }
-
-    // ---- writes, each stored in the controller's cache ----
-
-    async fn put_claim(
-        &self,
-        claim: &PersistentVolumeClaim,
-    ) -> Result<Arc<PersistentVolumeClaim>, String> {
-        let name = claim.metadata.name.clone().unwrap_or_default();
-        let new = self
-            .claims_api(claim)
-            .replace(&name, &PostParams::default(), claim)
-            .await
-            .map_err(|e| api_error(&format!("updating claim {}", key_of(&claim.metadata)), e))?;
-        let new = Arc::new(new);
-        self.store_claim(new.clone());
-        Ok(new)
-    }
-
-    async fn put_claim_status(
-        &self,
-        claim: &PersistentVolumeClaim,
-    ) -> Result<Arc<PersistentVolumeClaim>, String> {
-        let name = claim.metadata.name.clone().unwrap_or_default();
-        let new = self
-            .claims_api(claim)
-            .replace_status(&name, &PostParams::default(), claim)
-            .await
-            .map_err(|e| {
-                api_error(
-                    &format!("updating status of claim {}", key_of(&claim.metadata)),
-                    e,
-                )
-            })?;
-        let new = Arc::new(new);
-        self.store_claim(new.clone());
-        Ok(new)
-    }
-
-    async fn put_volume(&self, volume: &PersistentVolume) -> Result<Arc<PersistentVolume>, String> {
-        let name = volume.metadata.name.clone().unwrap_or_default();
-        let new = self
-            .volumes_api()
-            .replace(&name, &PostParams::default(), volume)
-            .await
-            .map_err(|e| api_error(&format!("updating volume {name}"), e))?;
-        let new = Arc::new(new);
-        self.store_volume(new.clone());
-        Ok(new)
-    }
-
-    async fn put_volume_status(
-        &self,
-        volume: &PersistentVolume,
-    ) -> Result<Arc<PersistentVolume>, String> {
-        let name = volume.metadata.name.clone().unwrap_or_default();
-        let new = self
-            .volumes_api()
-            .replace_status(&name, &PostParams::default(), volume)
-            .await
-            .map_err(|e| api_error(&format!("updating status of volume {name}"), e))?;
-        let new = Arc::new(new);
-        self.store_volume(new.clone());
-        Ok(new)
-    }
-
-    /// Upstream `updateClaimStatus`.
-    async fn update_claim_status(
-        &self,
-        claim: &Arc<PersistentVolumeClaim>,
-        phase: &str,
-        volume: Option<&PersistentVolume>,
-    ) -> Result<Arc<PersistentVolumeClaim>, String> {
-        match binder::claim_with_status(claim, phase, volume)? {
-            Some(new) => self.put_claim_status(&new).await,
-            None => Ok(claim.clone()),
-        }
-    }
-
-    /// Upstream `updateVolumePhase`.
-    async fn update_volume_phase(
-        &self,
-        volume: &Arc<PersistentVolume>,
-        phase: &str,
-        message: &str,
-    ) -> Result<Arc<PersistentVolume>, String> {
-        match binder::with_volume_phase(volume, phase, message) {
-            Some(new) => self.put_volume_status(&new).await,
-            None => Ok(volume.clone()),
-        }
-    }
-
-    /// Upstream `updateVolumePhaseWithEvent`: the event only when the phase changes.
-    async fn update_volume_phase_with_event(
-        &self,
-        volume: &Arc<PersistentVolume>,
-        phase: &str,
-        event: &Event,
-    ) -> Result<Arc<PersistentVolume>, String> {
-        if binder::volume_phase(volume) == phase {
-            return Ok(volume.clone());
-        }
-        let new = self
-            .update_volume_phase(volume, phase, &event.message)
-            .await?;
-        self.volume_event(&new, event);
-        Ok(new)
     }
 
     // ---- claims ----

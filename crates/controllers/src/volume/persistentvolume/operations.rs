@@ -16,7 +16,8 @@ use tokio::sync::mpsc;
 
 use super::binder::{self, Event};
 use super::provisioner::{DeleteError, ProvisionRequest};
-use super::{api_error, is_not_found, Ctx};
+use super::writes::api_error;
+use super::{is_not_found, Ctx};
 use crate::volume::{
     annotation, key_of, ANN_BETA_STORAGE_PROVISIONER, ANN_SELECTED_NODE, ANN_STORAGE_PROVISIONER,
     PV_DELETION_IN_TREE_FINALIZER,

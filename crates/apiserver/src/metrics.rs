@@ -36,6 +36,8 @@ pub struct ApiMetrics {
     /// Watch event frames built, by format (json, protobuf, cbor): one per event, type and format,
     /// however many watchers receive it.
     watch_encodings: [AtomicU64; 3],
+    /// Open client connections by [`Protocol`] (TLS ones after their handshake).
+    connections: [AtomicI64; 3],
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -89,6 +91,13 @@ impl ApiMetrics {
         self.watch_encodings[format].fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Counts an open connection of `protocol` while the guard lives.
+    pub fn connection_opened(self: &Arc<Self>, protocol: Protocol) -> ConnectionGuard {
+        let protocol = protocol as usize;
+        self.connections[protocol].fetch_add(1, Ordering::Relaxed);
+        ConnectionGuard(self.clone(), protocol)
+    }
+
     pub fn render(&self) -> String {
         let mut out = String::new();
         out.push_str("# HELP apiserver_request_total Counter of apiserver requests broken out for each verb, group, version, resource and HTTP response code.\n");
@@ -140,7 +149,37 @@ impl ApiMetrics {
                 n.load(Ordering::Relaxed)
             );
         }
+        out.push_str("# HELP rkube_apiserver_open_connections Open client connections by protocol: TLS with the HTTP version negotiated, or in-process (the all-in-one server's own components).\n");
+        out.push_str("# TYPE rkube_apiserver_open_connections gauge\n");
+        for (protocol, n) in ["http/1.1", "h2", "in-process"]
+            .iter()
+            .zip(&self.connections)
+        {
+            let _ = writeln!(
+                out,
+                "rkube_apiserver_open_connections{{protocol=\"{protocol}\"}} {}",
+                n.load(Ordering::Relaxed)
+            );
+        }
         out
+    }
+}
+
+/// What an open connection speaks: TLS with HTTP/1.1 or HTTP/2 (ALPN), or HTTP/2 on an in-process
+/// pipe ([`crate::serving::InProcess`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protocol {
+    Http1 = 0,
+    H2 = 1,
+    InProcess = 2,
+}
+
+/// Decrements the open-connection gauge of its protocol when the connection closes.
+pub struct ConnectionGuard(Arc<ApiMetrics>, usize);
+
+impl Drop for ConnectionGuard {
+    fn drop(&mut self) {
+        self.0.connections[self.1].fetch_sub(1, Ordering::Relaxed);
     }
 }
 

@@ -32,6 +32,7 @@ pub struct Running {
     pub(crate) phase: tokio::sync::watch::Sender<Phase>,
     pub(crate) accept: tokio::task::JoinHandle<()>,
     pub(crate) compactor: tokio::task::JoinHandle<()>,
+    in_process: serving::InProcess,
 }
 
 impl Running {
@@ -45,6 +46,12 @@ impl Running {
     /// ComponentStatuses, instead of at upstream's address.
     pub fn register_component(&self, name: &str, probe: crate::rest::componentstatus::Probe) {
         self.api.components.register(name, probe);
+    }
+
+    /// Connections to this server from inside its process (see [`serving::InProcess`]): the
+    /// all-in-one server's components use them instead of TLS on loopback.
+    pub fn in_process(&self) -> serving::InProcess {
+        self.in_process.clone()
     }
 
     /// Serves until the process is stopped.
@@ -127,6 +134,12 @@ pub async fn serve(
             recover_panics(handle(&api, cert_user, peer, req), &what).await
         })
     });
+    let in_process = serving::InProcess::new(
+        options,
+        handler.clone(),
+        api.metrics.clone(),
+        phase_rx.clone(),
+    );
     let loops: Vec<_> = listeners
         .into_iter()
         .map(|listener| {
@@ -135,6 +148,7 @@ pub async fn serve(
                 acceptor.clone(),
                 options.clone(),
                 handler.clone(),
+                api.metrics.clone(),
                 phase_rx.clone(),
             )
         })
@@ -148,6 +162,7 @@ pub async fn serve(
         phase,
         accept,
         compactor,
+        in_process,
     })
 }
 

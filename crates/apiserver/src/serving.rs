@@ -27,6 +27,7 @@ use tokio::sync::{watch, Notify};
 
 use crate::authn::{self, UserInfo};
 use crate::conn_limits::{ConnLimits, ConnPermit};
+use crate::metrics::{ApiMetrics, Protocol};
 use crate::response::Body;
 
 /// Upstream's `ReadHeaderTimeout`: the request line and headers of a request, and the TLS
@@ -149,6 +150,7 @@ pub(crate) async fn accept_loop(
     acceptor: tokio_rustls::TlsAcceptor,
     options: ServingOptions,
     handler: Handler,
+    metrics: Arc<ApiMetrics>,
     mut phase: watch::Receiver<Phase>,
 ) {
     let limits = ConnLimits::new(options.max_connections, options.max_connections_per_ip);
@@ -200,6 +202,7 @@ pub(crate) async fn accept_loop(
             builder.clone(),
             (options.read_header_timeout, options.idle_timeout),
             handler.clone(),
+            metrics.clone(),
             phase.clone(),
         ));
     }
@@ -242,7 +245,8 @@ async fn serve_connection(
     builder: Arc<auto::Builder<TokioExecutor>>,
     (header_timeout, idle_timeout): (Duration, Duration),
     handler: Handler,
-    mut phase: watch::Receiver<Phase>,
+    metrics: Arc<ApiMetrics>,
+    phase: watch::Receiver<Phase>,
 ) {
     let Accepted { tcp, peer, _permit } = accepted;
     let tls = match tokio::time::timeout(header_timeout, acceptor.accept(tcp)).await {
@@ -262,69 +266,168 @@ async fn serve_connection(
         .peer_certificates()
         .and_then(|certs| certs.first())
         .and_then(authn::user_from_certificate);
-    let activity = Activity::new(!h2);
-    let service = {
-        let activity = activity.clone();
-        hyper::service::service_fn(move |req| {
-            let guard = activity.enter();
-            let handled = handler(cert_user.clone(), peer, req);
+    let _counted = metrics.connection_opened(if h2 { Protocol::H2 } else { Protocol::Http1 });
+    let served = Served {
+        builder,
+        timeouts: (header_timeout, idle_timeout),
+        handler,
+        phase,
+    };
+    served.serve(tls, h2, cert_user, peer).await;
+}
+
+/// How a connection is served once its bytes are readable: shared by TLS connections and the
+/// in-process ones ([`InProcess`]).
+#[derive(Clone)]
+struct Served {
+    builder: Arc<auto::Builder<TokioExecutor>>,
+    /// The header and idle timeouts.
+    timeouts: (Duration, Duration),
+    handler: Handler,
+    phase: watch::Receiver<Phase>,
+}
+
+impl Served {
+    /// Serves HTTP on `io` (HTTP/2 when `h2`, else whatever the client speaks) as `cert_user`
+    /// from `peer`, until the connection ends or the server drains (graceful) or closes.
+    async fn serve<I>(self, io: I, h2: bool, cert_user: Option<UserInfo>, peer: SocketAddr)
+    where
+        I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        let Served {
+            builder,
+            timeouts: (header_timeout, idle_timeout),
+            handler,
+            mut phase,
+        } = self;
+        let activity = Activity::new(!h2);
+        let service = {
             let activity = activity.clone();
-            async move {
-                let mut resp = handled.await;
-                // `Connection: close` (the shutdown's 429): HTTP/1.1 closes after this response by
-                // itself; HTTP/2 has no such header, so the connection gets a GOAWAY, as Go's
-                // server does for it.
-                if h2 && connection_close(resp.headers()) {
-                    resp.headers_mut().remove(http::header::CONNECTION);
-                    activity.request_close();
-                }
-                Ok::<_, Infallible>(resp.map(|inner| {
-                    Tracked {
-                        inner,
-                        _guard: guard,
+            hyper::service::service_fn(move |req| {
+                let guard = activity.enter();
+                let handled = handler(cert_user.clone(), peer, req);
+                let activity = activity.clone();
+                async move {
+                    let mut resp = handled.await;
+                    // `Connection: close` (the shutdown's 429): HTTP/1.1 closes after this response
+                    // by itself; HTTP/2 has no such header, so the connection gets a GOAWAY, as
+                    // Go's server does for it.
+                    if h2 && connection_close(resp.headers()) {
+                        resp.headers_mut().remove(http::header::CONNECTION);
+                        activity.request_close();
                     }
-                    .boxed()
-                }))
-            }
-        })
-    };
-    // Upgrades: exec, attach, port-forward and proxied WebSockets switch protocols.
-    let io = Watched {
-        inner: tls,
-        activity: activity.clone(),
-    };
-    let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
-    tokio::pin!(conn);
-    // Until its first request a connection has the header timeout, as Go's; HTTP/2 ones (whose
-    // clients may open them ahead of use) have the idle timeout.
-    let first = if h2 { idle_timeout } else { header_timeout };
-    let mut closing = false;
-    loop {
-        tokio::select! {
-            result = conn.as_mut() => {
-                if let Err(e) = result {
-                    tracing::debug!(%peer, error = %e, "connection ended with an error");
+                    Ok::<_, Infallible>(resp.map(|inner| {
+                        Tracked {
+                            inner,
+                            _guard: guard,
+                        }
+                        .boxed()
+                    }))
                 }
-                return;
-            }
-            expired = activity.idle(first, header_timeout, idle_timeout), if !closing => {
-                match expired {
-                    Expired::Head => {
-                        tracing::debug!(%peer, "a request head did not arrive within the header timeout");
-                        return;
+            })
+        };
+        // Upgrades: exec, attach, port-forward and proxied WebSockets switch protocols.
+        let io = Watched {
+            inner: io,
+            activity: activity.clone(),
+        };
+        let conn = builder.serve_connection_with_upgrades(TokioIo::new(io), service);
+        tokio::pin!(conn);
+        // Until its first request a connection has the header timeout, as Go's; HTTP/2 ones (whose
+        // clients may open them ahead of use) have the idle timeout.
+        let first = if h2 { idle_timeout } else { header_timeout };
+        let mut closing = false;
+        loop {
+            tokio::select! {
+                result = conn.as_mut() => {
+                    if let Err(e) = result {
+                        tracing::debug!(%peer, error = %e, "connection ended with an error");
                     }
-                    Expired::Close => tracing::debug!(%peer, "closing a connection on Connection: close"),
-                    Expired::Idle => tracing::debug!(%peer, "closing an idle connection"),
+                    return;
                 }
-                conn.as_mut().graceful_shutdown();
-                closing = true;
-            }
-            _ = until(&mut phase, |p| p != Phase::Serving), if !closing => {
-                // HTTP/2: GOAWAY, streams in flight go on; HTTP/1.1: closed after this response.
-                conn.as_mut().graceful_shutdown();
-                closing = true;
+                expired = activity.idle(first, header_timeout, idle_timeout), if !closing => {
+                    match expired {
+                        Expired::Head => {
+                            tracing::debug!(%peer, "a request head did not arrive within the header timeout");
+                            return;
+                        }
+                        Expired::Close => tracing::debug!(%peer, "closing a connection on Connection: close"),
+                        Expired::Idle => tracing::debug!(%peer, "closing an idle connection"),
+                    }
+                    conn.as_mut().graceful_shutdown();
+                    closing = true;
+                }
+                _ = until(&mut phase, |p| p != Phase::Serving), if !closing => {
+                    // HTTP/2: GOAWAY, streams in flight go on; HTTP/1.1: closed after this response.
+                    conn.as_mut().graceful_shutdown();
+                    closing = true;
+                }
             }
         }
+    }
+}
+
+/// The peer address of in-process connections: loopback, no port (no socket is involved).
+pub const IN_PROCESS_PEER: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 0);
+/// Bytes buffered in each direction of an in-process pipe (as a socket's buffer: a writer waits
+/// for the reader past it). HTTP/2 flow control bounds what is in flight anyway.
+const IN_PROCESS_PIPE_BUFFER: usize = 256 * 1024;
+
+/// Connections from inside the server's own process (the all-in-one server's scheduler,
+/// controllers and simulated nodes): an in-memory pipe instead of TCP and TLS on loopback, served
+/// by the same HTTP/2 settings and the same handler as a TLS connection, so authorization,
+/// admission, audit, flow control, max-inflight and metrics all apply. The user is the one the
+/// component's client certificate would have authenticated as. The server's drain closes them
+/// as it does TLS connections (GOAWAY, then closed when it closes).
+#[derive(Clone)]
+pub struct InProcess {
+    served: Served,
+    metrics: Arc<ApiMetrics>,
+}
+
+impl InProcess {
+    pub(crate) fn new(
+        options: &ServingOptions,
+        handler: Handler,
+        metrics: Arc<ApiMetrics>,
+        phase: watch::Receiver<Phase>,
+    ) -> InProcess {
+        InProcess {
+            served: Served {
+                builder: Arc::new(http_builder(options)),
+                timeouts: (options.read_header_timeout, options.idle_timeout),
+                handler,
+                phase,
+            },
+            metrics,
+        }
+    }
+
+    /// A new connection as `user`: the client's end of a pipe whose other end the server serves
+    /// (HTTP/2 with prior knowledge: there is no ALPN). Refused once the server drains.
+    pub fn dial(&self, user: &UserInfo) -> std::io::Result<tokio::io::DuplexStream> {
+        if *self.served.phase.borrow() != Phase::Serving {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::ConnectionRefused,
+                "the API server is shutting down",
+            ));
+        }
+        let (client, server) = tokio::io::duplex(IN_PROCESS_PIPE_BUFFER);
+        let served = self.served.clone();
+        let mut phase = self.served.phase.clone();
+        let counted = self.metrics.connection_opened(Protocol::InProcess);
+        let user = Some(user.clone());
+        tokio::spawn(async move {
+            let _counted = counted;
+            // Closing (after the drain, or `Running::shutdown`) ends the connection as the accept
+            // loop's abort does a TLS one.
+            tokio::select! {
+                _ = served.serve(server, true, user, IN_PROCESS_PEER) => {}
+                _ = until(&mut phase, |p| p == Phase::Closing) => {}
+            }
+        });
+        Ok(client)
     }
 }
 

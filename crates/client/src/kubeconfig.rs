@@ -20,8 +20,9 @@ pub async fn config_from_file(path: &Path) -> Result<kube::Config, String> {
     Ok(config)
 }
 
-/// A client for the kubeconfig at `path`.
+/// A client for the kubeconfig at `path`, over HTTP/2 ([`crate::transport`]).
 pub async fn client_from_file(path: &Path) -> Result<kube::Client, String> {
     let config = config_from_file(path).await?;
-    kube::Client::try_from(config).map_err(|e| format!("kubeconfig {}: {e}", path.display()))
+    crate::transport::client_from_config(&config)
+        .map_err(|e| format!("kubeconfig {}: {e}", path.display()))
 }

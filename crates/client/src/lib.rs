@@ -7,6 +7,7 @@
 //! - [`leaderelection`]: leader election on a `coordination.k8s.io/v1` Lease.
 //! - [`events`]: the event recorder and broadcaster.
 //! - [`kubeconfig`]: clients from a kubeconfig file.
+//! - [`transport`]: the components' HTTP/2 client transport.
 //! - [`loadbalancer`]: a client-side TCP balancer over several API servers (k3s's agent balancer).
 //! - [`controller`]: the pattern every controller in the project follows.
 
@@ -16,4 +17,5 @@ pub mod informer;
 pub mod kubeconfig;
 pub mod leaderelection;
 pub mod loadbalancer;
+pub mod transport;
 pub mod workqueue;

@@ -72,7 +72,7 @@ pub async fn cluster_client(
     };
     let url = cluster_url(&flags.servers, &config).await?;
     config.cluster_url = url.parse().map_err(|e| format!("--server {url:?}: {e}"))?;
-    kube::Client::try_from(config).map_err(|e| format!("--server {url}: {e}"))
+    client::transport::client_from_config(&config).map_err(|e| format!("--server {url}: {e}"))
 }
 
 #[cfg(test)]

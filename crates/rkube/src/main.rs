@@ -65,9 +65,12 @@ pub(crate) async fn cluster_client(
 ) -> Result<kube::Client, String> {
     match kubeconfig {
         Some(path) => client::kubeconfig::client_from_file(path).await,
-        None => kube::Client::try_default()
-            .await
-            .map_err(|e| format!("no cluster: {e}")),
+        None => {
+            let config = kube::Config::infer()
+                .await
+                .map_err(|e| format!("no cluster: {e}"))?;
+            client::transport::client_from_config(&config).map_err(|e| format!("no cluster: {e}"))
+        }
     }
 }
 

@@ -85,6 +85,14 @@ pub fn user_from_certificate(cert: &CertificateDer<'_>) -> Option<UserInfo> {
     )
 }
 
+/// The user the first certificate of `pem` names (as [`user_from_certificate`]; not verified here:
+/// for the process's own kubeconfig, whose certificate the server would verify on a TLS connection).
+pub fn user_from_certificate_pem(pem: &[u8]) -> Option<UserInfo> {
+    use rustls::pki_types::pem::PemObject;
+    let cert = CertificateDer::pem_slice_iter(pem).next()?.ok()?;
+    user_from_certificate(&cert)
+}
+
 #[derive(Default)]
 pub struct TokenAuthenticator {
     tokens: HashMap<String, UserInfo>,

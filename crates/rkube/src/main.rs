@@ -21,6 +21,8 @@ use clap::{Parser, Subcommand};
 
 /// mimalloc: the API server allocates many small, short-lived JSON values per request, where it is
 /// markedly faster than glibc's malloc (see docs/benchmarks.md).
+/// The `system-allocator` feature leaves glibc's malloc in place for heap profilers.
+#[cfg(not(feature = "system-allocator"))]
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -13,6 +13,7 @@
 //!
 //! With [`SimConfig::devices`], every node also publishes DRA ResourceSlices ([`devices`]).
 
+pub mod cached;
 pub mod devices;
 pub mod ipam;
 pub mod lifecycle;

@@ -16,8 +16,9 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use jiff::Timestamp;
-use k8s_openapi::api::core::v1::Pod;
 use serde_json::{json, Value};
+
+use crate::cached::{SimPod, KUBELET_CONDITIONS};
 
 pub const RUN_FOR: &str = "sim.rkube.io/run-for";
 pub const EXIT_CODE: &str = "sim.rkube.io/exit-code";
@@ -96,12 +97,8 @@ struct Containers {
     recheck: Option<Duration>,
 }
 
-fn containers_at(pod: &Pod, knobs: &Knobs, started: Timestamp, now: Timestamp) -> Containers {
-    let policy = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.restart_policy.as_deref())
-        .unwrap_or("Always");
+fn containers_at(pod: &SimPod, knobs: &Knobs, started: Timestamp, now: Timestamp) -> Containers {
+    let policy = pod.spec.restart_policy.as_deref().unwrap_or("Always");
     let elapsed = until(started, now);
     let mut c = Containers {
         phase: "Running",
@@ -143,13 +140,13 @@ fn containers_at(pod: &Pod, knobs: &Knobs, started: Timestamp, now: Timestamp) -
 
 /// The action for `pod` on a node whose InternalIP is `host_ip`, with `pod_ip` its address.
 pub fn next_action(
-    pod: &Pod,
+    pod: &SimPod,
     knobs: &Knobs,
     host_ip: &str,
     pod_ip: &str,
     now: Timestamp,
 ) -> Action {
-    let status = pod.status.clone().unwrap_or_default();
+    let status = &pod.status;
     let phase = status.phase.as_deref().unwrap_or("Pending");
     let terminated = matches!(phase, "Succeeded" | "Failed");
     if let Some(deletion) = &pod.metadata.deletion_timestamp {
@@ -163,9 +160,9 @@ pub fn next_action(
     }
     let started = status.start_time.as_ref().map_or(now, |t| t.0);
     let c = containers_at(pod, knobs, started, now);
-    let spec = pod.spec.clone().unwrap_or_default();
-    let old_conditions = status.conditions.clone().unwrap_or_default();
-    let gates_pass = spec.readiness_gates.iter().flatten().all(|g| {
+    let spec = &pod.spec;
+    let old_conditions = &status.conditions;
+    let gates_pass = spec.readiness_gates.iter().all(|g| {
         old_conditions
             .iter()
             .any(|c| c.type_ == g.condition_type && c.status == "True")
@@ -242,7 +239,6 @@ pub fn next_action(
     let init: Vec<Value> = spec
         .init_containers
         .iter()
-        .flatten()
         .map(|k| container_status(&k.name, k.image.as_deref().unwrap_or(""), true))
         .collect();
     let ip = if spec.host_network == Some(true) {
@@ -261,7 +257,7 @@ pub fn next_action(
     if !init.is_empty() {
         desired["initContainerStatuses"] = Value::Array(init);
     }
-    if reported(&status) == signature(&desired) {
+    if status.signature() == signature(&desired) {
         return Action::Wait(c.recheck);
     }
     Action::Report {
@@ -270,55 +266,9 @@ pub fn next_action(
     }
 }
 
-/// The pod as the simulator caches it: only what [`next_action`], [`Knobs::from_annotations`] and the
-/// pod workers read (kwok keeps whole pods; 1,000 simulated nodes' pods are the process's largest
-/// cache, and a typed Pod's spec and managedFields are most of its memory). Kept: name, namespace,
-/// uid, resourceVersion, deletion timestamp, the `sim.rkube.io/` annotations; the spec's node name,
-/// restart policy, host network, readiness gates and containers' names and images; the whole status.
-pub fn slim_pod(pod: &mut Pod) {
-    use k8s_openapi::api::core::v1::{Container, PodSpec};
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-    let meta = std::mem::take(&mut pod.metadata);
-    let annotations = meta.annotations.and_then(|a| {
-        let ours: BTreeMap<String, String> = a
-            .into_iter()
-            .filter(|(k, _)| k.starts_with("sim.rkube.io/"))
-            .collect();
-        (!ours.is_empty()).then_some(ours)
-    });
-    pod.metadata = ObjectMeta {
-        name: meta.name,
-        namespace: meta.namespace,
-        uid: meta.uid,
-        resource_version: meta.resource_version,
-        deletion_timestamp: meta.deletion_timestamp,
-        annotations,
-        ..ObjectMeta::default()
-    };
-    if let Some(spec) = pod.spec.take() {
-        let names = |cs: Vec<Container>| -> Vec<Container> {
-            cs.into_iter()
-                .map(|c| Container {
-                    name: c.name,
-                    image: c.image,
-                    ..Container::default()
-                })
-                .collect()
-        };
-        pod.spec = Some(PodSpec {
-            node_name: spec.node_name,
-            restart_policy: spec.restart_policy,
-            host_network: spec.host_network,
-            readiness_gates: spec.readiness_gates,
-            containers: names(spec.containers),
-            init_containers: spec.init_containers.map(names),
-            ..PodSpec::default()
-        });
-    }
-}
-
-/// What distinguishes one reported status from another (timestamps aside).
-fn signature(status: &Value) -> Value {
+/// What distinguishes one reported status from another (timestamps aside); for a cached pod's
+/// status, [`SimStatus::signature`](crate::cached::SimStatus::signature) gives the same value.
+pub fn signature(status: &Value) -> Value {
     let containers: Vec<Value> = status["containerStatuses"]
         .as_array()
         .into_iter()
@@ -335,16 +285,9 @@ fn signature(status: &Value) -> Value {
         .into_iter()
         .flatten()
         .filter(|c| {
-            matches!(
-                c["type"].as_str(),
-                Some(
-                    "PodReadyToStartContainers"
-                        | "Initialized"
-                        | "Ready"
-                        | "ContainersReady"
-                        | "PodScheduled"
-                )
-            )
+            c["type"]
+                .as_str()
+                .is_some_and(|t| KUBELET_CONDITIONS.contains(&t))
         })
         .map(|c| json!([c["type"], c["status"]]))
         .collect();
@@ -355,10 +298,6 @@ fn signature(status: &Value) -> Value {
         conditions,
         containers
     ])
-}
-
-fn reported(status: &k8s_openapi::api::core::v1::PodStatus) -> Value {
-    serde_json::to_value(status).map_or(Value::Null, |s| signature(&s))
 }
 
 #[cfg(test)]

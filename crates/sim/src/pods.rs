@@ -14,6 +14,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, Patch, PatchParams, Preconditions};
 use kube::Api;
 
+use crate::cached::SimPod;
 use crate::lifecycle::{next_action, Action, Knobs};
 use crate::nodes::{Fleet, SimConfig};
 
@@ -24,7 +25,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn pod_key(pod: &Pod) -> String {
+fn pod_key(pod: &SimPod) -> String {
     format!(
         "{}/{}",
         pod.metadata.namespace.as_deref().unwrap_or(""),
@@ -42,14 +43,12 @@ fn release(assigned: &Assigned, fleet: &Fleet, key: &str) {
 
 pub async fn run(client: kube::Client, config: Arc<SimConfig>, fleet: Arc<Fleet>) {
     let factory = SharedInformerFactory::new(client.clone(), InformerConfig::new());
+    // Every bound pod of the cluster is cached here: decoded into the purpose-made SimPod, which
+    // keeps only what the workers read.
     let pods = factory.informer_for_api(
-        Api::<Pod>::all(client.clone()),
+        Api::<SimPod>::all(client.clone()),
         Some(InformerConfig::new().fields("spec.nodeName!=")),
     );
-    // Every bound pod of the cluster is cached here: keep only what the workers read.
-    if let Err(e) = pods.set_transform(Arc::new(crate::lifecycle::slim_pod)) {
-        tracing::warn!(error = %e, "sim pods cached whole");
-    }
     let queue = RateLimitingQueue::with_config(
         default_controller_rate_limiter::<String>(),
         QueueConfig::named("sim-pods"),
@@ -57,10 +56,10 @@ pub async fn run(client: kube::Client, config: Arc<SimConfig>, fleet: Arc<Fleet>
     let assigned: Assigned = Arc::default();
     let ours = {
         let fleet = fleet.clone();
-        move |pod: &Pod| {
+        move |pod: &SimPod| {
             pod.spec
-                .as_ref()
-                .and_then(|s| s.node_name.as_deref())
+                .node_name
+                .as_deref()
                 .is_some_and(|n| fleet.get(n).is_some())
         }
     };
@@ -69,12 +68,12 @@ pub async fn run(client: kube::Client, config: Arc<SimConfig>, fleet: Arc<Fleet>
     let (assigned_delete, fleet_delete) = (assigned.clone(), fleet.clone());
     pods.add_event_handler(
         EventHandlerFuncs::new()
-            .on_add(move |p: &Arc<Pod>, _| {
+            .on_add(move |p: &Arc<SimPod>, _| {
                 if ours_add(p) {
                     q_add.add(pod_key(p));
                 }
             })
-            .on_update(move |_, p: &Arc<Pod>| {
+            .on_update(move |_, p: &Arc<SimPod>| {
                 if ours_update(p) {
                     q_update.add(pod_key(p));
                 }
@@ -110,7 +109,7 @@ fn pod_ip(
     fleet: &Fleet,
     node: &str,
     key: &str,
-    pod: &Pod,
+    pod: &SimPod,
 ) -> Option<Ipv4Addr> {
     if let Some((_, ip)) = lock(assigned).get(key) {
         return Some(*ip);
@@ -119,8 +118,8 @@ fn pod_ip(
     let mut ips = lock(&state.pod_ips);
     let reported = pod
         .status
-        .as_ref()
-        .and_then(|s| s.pod_ip.as_deref())
+        .pod_ip
+        .as_deref()
         .and_then(|ip| ip.parse::<Ipv4Addr>().ok())
         .filter(|ip| ips.contains(*ip));
     let ip = match reported {
@@ -140,13 +139,9 @@ async fn sync(
     queue: &RateLimitingQueue<String>,
     assigned: &Assigned,
     key: &str,
-    pod: &Pod,
+    pod: &SimPod,
 ) -> Result<(), String> {
-    let node = pod
-        .spec
-        .as_ref()
-        .and_then(|s| s.node_name.clone())
-        .unwrap_or_default();
+    let node = pod.spec.node_name.clone().unwrap_or_default();
     let Some(state) = fleet.get(&node) else {
         return Ok(());
     };

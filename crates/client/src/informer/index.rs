@@ -10,7 +10,7 @@
 //! Differences from upstream: index functions cannot fail (an object that has no value for an index
 //! returns an empty list), and key sets are ordered, so `by_index` answers are sorted by key.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 use std::sync::Arc;
 
@@ -80,16 +80,20 @@ pub fn label_index_func<K: Resource>(label: impl Into<String>) -> IndexFunc<K> {
 }
 
 /// Registered index functions and, per index, value -> keys.
+///
+/// Only the calls of the index functions are generic; the key sets are kept by the non-generic
+/// [`IndexValues`], so the bookkeeping is compiled once for every informer type. The functions are a
+/// short list (a store has a handful of indices), not a map, for the same reason.
 pub struct Indices<K> {
-    funcs: BTreeMap<String, IndexFunc<K>>,
-    values: HashMap<String, HashMap<String, BTreeSet<String>>>,
+    funcs: Vec<(String, IndexFunc<K>)>,
+    values: IndexValues,
 }
 
 impl<K> Default for Indices<K> {
     fn default() -> Self {
         Indices {
-            funcs: BTreeMap::new(),
-            values: HashMap::new(),
+            funcs: Vec::new(),
+            values: IndexValues::default(),
         }
     }
 }
@@ -97,7 +101,7 @@ impl<K> Default for Indices<K> {
 impl<K> fmt::Debug for Indices<K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Indices")
-            .field("indexers", &self.funcs.keys().collect::<Vec<_>>())
+            .field("indexers", &self.names())
             .finish()
     }
 }
@@ -113,7 +117,7 @@ impl<K> Indices<K> {
     where
         K: 'a,
     {
-        if self.funcs.contains_key(name) {
+        if self.funcs.iter().any(|(n, _)| n == name) {
             return Err(IndexError::Conflict(name.to_string()));
         }
         let mut index: HashMap<String, BTreeSet<String>> = HashMap::new();
@@ -122,8 +126,8 @@ impl<K> Indices<K> {
                 index.entry(value).or_default().insert(key.clone());
             }
         }
-        self.funcs.insert(name.to_string(), func);
-        self.values.insert(name.to_string(), index);
+        self.funcs.push((name.to_string(), func));
+        self.values.0.insert(name.to_string(), index);
         Ok(())
     }
 
@@ -133,38 +137,82 @@ impl<K> Indices<K> {
         for (name, func) in &self.funcs {
             let old_values = old.map(|o| func(o)).unwrap_or_default();
             let new_values = new.map(|n| func(n)).unwrap_or_default();
-            if old_values == new_values {
-                continue;
-            }
-            let index = self.values.entry(name.clone()).or_default();
-            for value in &old_values {
-                if new_values.contains(value) {
-                    continue;
-                }
-                if let Some(keys) = index.get_mut(value) {
-                    keys.remove(key);
-                    if keys.is_empty() {
-                        index.remove(value);
-                    }
-                }
-            }
-            for value in new_values {
-                index.entry(value).or_default().insert(key.to_string());
-            }
+            self.values.move_key(name, key, old_values, new_values);
         }
     }
 
     /// Drops every indexed key (the funcs stay).
     pub fn clear(&mut self) {
-        for index in self.values.values_mut() {
-            index.clear();
-        }
+        self.values.clear();
     }
 
     /// The keys indexed under `value` in index `name`, sorted.
     pub fn keys(&self, name: &str, value: &str) -> Result<Vec<String>, IndexError> {
+        self.values.keys(name, value)
+    }
+
+    /// Every value that has at least one key in index `name` (upstream `ListIndexFuncValues`).
+    pub fn values(&self, name: &str) -> Vec<String> {
+        self.values.values(name)
+    }
+
+    /// The registered index names, sorted.
+    pub fn names(&self) -> Vec<String> {
+        sorted_names(self.funcs.iter().map(|(n, _)| n))
+    }
+}
+
+fn sorted_names<'a>(names: impl Iterator<Item = &'a String>) -> Vec<String> {
+    let mut names: Vec<String> = names.cloned().collect();
+    names.sort();
+    names
+}
+
+/// Per index, value -> keys (the type-independent part of [`Indices`]).
+#[derive(Default)]
+struct IndexValues(HashMap<String, HashMap<String, BTreeSet<String>>>);
+
+impl IndexValues {
+    /// Moves `key` from `old_values` to `new_values` in index `name`.
+    fn move_key(
+        &mut self,
+        name: &str,
+        key: &str,
+        old_values: Vec<String>,
+        new_values: Vec<String>,
+    ) {
+        if old_values == new_values {
+            return;
+        }
+        let index = match self.0.get_mut(name) {
+            Some(index) => index,
+            None => self.0.entry(name.to_string()).or_default(),
+        };
+        for value in &old_values {
+            if new_values.contains(value) {
+                continue;
+            }
+            if let Some(keys) = index.get_mut(value) {
+                keys.remove(key);
+                if keys.is_empty() {
+                    index.remove(value);
+                }
+            }
+        }
+        for value in new_values {
+            index.entry(value).or_default().insert(key.to_string());
+        }
+    }
+
+    fn clear(&mut self) {
+        for index in self.0.values_mut() {
+            index.clear();
+        }
+    }
+
+    fn keys(&self, name: &str, value: &str) -> Result<Vec<String>, IndexError> {
         let index = self
-            .values
+            .0
             .get(name)
             .ok_or_else(|| IndexError::NoSuchIndex(name.to_string()))?;
         Ok(index
@@ -173,20 +221,8 @@ impl<K> Indices<K> {
             .unwrap_or_default())
     }
 
-    /// Every value that has at least one key in index `name` (upstream `ListIndexFuncValues`).
-    pub fn values(&self, name: &str) -> Vec<String> {
-        let mut values: Vec<String> = self
-            .values
-            .get(name)
-            .map(|index| index.keys().cloned().collect())
-            .unwrap_or_default();
-        values.sort();
-        values
-    }
-
-    /// The registered index names.
-    pub fn names(&self) -> Vec<String> {
-        self.funcs.keys().cloned().collect()
+    fn values(&self, name: &str) -> Vec<String> {
+        sorted_names(self.0.get(name).into_iter().flat_map(|index| index.keys()))
     }
 }
 

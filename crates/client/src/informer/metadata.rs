@@ -11,23 +11,26 @@ use std::fmt::Debug;
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use futures::{FutureExt, StreamExt};
 use kube::api::{ListParams, ObjectList, WatchParams};
 use kube::core::PartialObjectMeta;
 use kube::{Api, Resource};
 use serde::de::DeserializeOwned;
 
+use super::listwatch::{ApiListerWatcher, RawListWatch};
 use super::reflector::{ListerWatcher, WatchStream};
 use super::shared::{InformerConfig, SharedInformer};
 
-/// Lists and watches the metadata of `K` (`Api::list_metadata` / `Api::watch_metadata`).
+/// Lists and watches the metadata of `K` (what `Api::list_metadata` / `Api::watch_metadata` ask for).
 pub struct MetadataListerWatcher<K> {
-    api: Api<K>,
+    inner: ApiListerWatcher<PartialObjectMeta<K>>,
 }
 
-impl<K> MetadataListerWatcher<K> {
+impl<K: Resource> MetadataListerWatcher<K> {
     pub fn new(api: Api<K>) -> Self {
-        MetadataListerWatcher { api }
+        let url = api.resource_url().to_string();
+        MetadataListerWatcher {
+            inner: ApiListerWatcher::from_raw(RawListWatch::new(api.into_client(), url, true)),
+        }
     }
 }
 
@@ -39,7 +42,7 @@ where
         &self,
         params: ListParams,
     ) -> BoxFuture<'_, Result<ObjectList<PartialObjectMeta<K>>, kube::Error>> {
-        async move { self.api.list_metadata(&params).await }.boxed()
+        self.inner.list(params)
     }
 
     fn watch(
@@ -47,15 +50,11 @@ where
         params: WatchParams,
         resource_version: String,
     ) -> BoxFuture<'_, Result<WatchStream<PartialObjectMeta<K>>, kube::Error>> {
-        async move {
-            let stream = self.api.watch_metadata(&params, &resource_version).await?;
-            Ok(stream.boxed())
-        }
-        .boxed()
+        self.inner.watch(params, resource_version)
     }
 
     fn describe(&self) -> String {
-        format!("{} (metadata)", self.api.resource_url())
+        self.inner.describe()
     }
 }
 

@@ -3,6 +3,8 @@
 //!
 //! - [`reflector`]: list, then watch from the list's resourceVersion; resume after a disconnect, relist
 //!   after 410 Gone, follow bookmarks (`reflector.go`).
+//! - [`listwatch`]: list and watch requests through the API, decoded into `K` at the edge
+//!   (`listwatch.go`).
 //! - [`store`] and [`index`]: the thread-safe cache of `Arc<K>` by `namespace/name` with a namespace
 //!   index and custom indexers (`store.go`, `thread_safe_store.go`, `index.go`).
 //! - [`handlers`]: `on_add` / `on_update` / `on_delete` with `DeletedFinalStateUnknown` tombstones, one
@@ -35,6 +37,7 @@
 pub mod factory;
 pub mod handlers;
 pub mod index;
+pub mod listwatch;
 pub mod metadata;
 pub mod reflector;
 pub mod shared;

@@ -28,6 +28,7 @@
 //!   replaces its cache, tests can substitute a fake, and list/watch calls can be counted
 //!   ([`ReflectorStats`]).
 
+use std::any::Any;
 use std::fmt::Debug;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -38,8 +39,7 @@ use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use futures::{FutureExt, StreamExt};
 use kube::api::{ListParams, ObjectList, WatchEvent, WatchParams};
-use kube::{Api, Resource};
-use serde::de::DeserializeOwned;
+use kube::Resource;
 
 /// A stream of watch events as the kube crate yields them.
 pub type WatchStream<K> = BoxStream<'static, Result<WatchEvent<K>, kube::Error>>;
@@ -59,41 +59,7 @@ pub trait ListerWatcher<K: Clone>: Send + Sync + 'static {
     fn describe(&self) -> String;
 }
 
-/// Lists and watches through a kube [`Api`] (typed kinds and `DynamicObject` alike).
-pub struct ApiListerWatcher<K> {
-    api: Api<K>,
-}
-
-impl<K> ApiListerWatcher<K> {
-    pub fn new(api: Api<K>) -> Self {
-        ApiListerWatcher { api }
-    }
-}
-
-impl<K> ListerWatcher<K> for ApiListerWatcher<K>
-where
-    K: Resource + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
-{
-    fn list(&self, params: ListParams) -> BoxFuture<'_, Result<ObjectList<K>, kube::Error>> {
-        async move { self.api.list(&params).await }.boxed()
-    }
-
-    fn watch(
-        &self,
-        params: WatchParams,
-        resource_version: String,
-    ) -> BoxFuture<'_, Result<WatchStream<K>, kube::Error>> {
-        async move {
-            let stream = self.api.watch(&params, &resource_version).await?;
-            Ok(stream.boxed())
-        }
-        .boxed()
-    }
-
-    fn describe(&self) -> String {
-        self.api.resource_url().to_string()
-    }
-}
+pub use super::listwatch::ApiListerWatcher;
 
 /// A change made to every object before it is cached and handed to handlers (upstream
 /// `cache.TransformFunc`): drop what no reader of the cache looks at, so a large collection costs
@@ -203,24 +169,25 @@ enum WatchEnd {
 }
 
 /// Lists and watches one collection into a [`DeltaSink`].
+///
+/// The loop (lists, pages, watches, resume points, backoff, 410 relists, counters) is compiled once
+/// for every type: it runs in [`Core`] on type-erased objects ([`AnyObject`]); only the edges are
+/// generic: [`Typed`] transforms each object and erases it, [`TypedSink`] hands it on as `K`. Every
+/// informer type used to carry its own copy of the loop (55 of ~18 KB each in the all-in-one).
 pub struct Reflector<K: Clone> {
-    lw: Arc<dyn ListerWatcher<K>>,
-    config: ReflectorConfig,
-    counters: Counters,
-    last_sync_resource_version: Mutex<Option<String>>,
-    transform: OnceLock<TransformFunc<K>>,
+    core: Core,
+    edge: Typed<K>,
 }
 
 impl<K: Clone + 'static> Debug for Reflector<K> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Reflector")
-            .field("lw", &self.lw.describe())
-            .field("config", &self.config)
+            .field("lw", &self.edge.lw.describe())
+            .field("config", &self.core.config)
             .finish()
     }
 }
 
-/// Whether a kube error is 410 Gone (expired resourceVersion or continue token).
 pub fn is_gone(err: &kube::Error) -> bool {
     matches!(err, kube::Error::Api(status) if status.code == 410)
 }
@@ -264,32 +231,225 @@ impl Backoff {
 impl<K: Resource + Clone + Send + 'static> Reflector<K> {
     pub fn new(lw: Arc<dyn ListerWatcher<K>>, config: ReflectorConfig) -> Reflector<K> {
         Reflector {
-            lw,
-            config,
-            counters: Counters::default(),
-            last_sync_resource_version: Mutex::new(None),
-            transform: OnceLock::new(),
+            edge: Typed {
+                lw,
+                trim_managed_fields: config.trim_managed_fields,
+                transform: OnceLock::new(),
+            },
+            core: Core {
+                config,
+                counters: Counters::default(),
+                last_sync_resource_version: Mutex::new(None),
+            },
         }
     }
 
     /// Installs the transform applied after `trim_managed_fields`; only one, set before
     /// [`run`](Self::run) (the informer checks that it has not started).
     pub fn set_transform(&self, f: TransformFunc<K>) -> Result<(), TransformError> {
-        self.transform
+        self.edge
+            .transform
             .set(f)
             .map_err(|_| TransformError::AlreadySet)
     }
 
     pub fn config(&self) -> &ReflectorConfig {
-        &self.config
+        &self.core.config
     }
 
     /// The collection listed, for logs.
     pub fn describe(&self) -> String {
-        self.lw.describe()
+        self.edge.lw.describe()
     }
 
     pub fn stats(&self) -> ReflectorStats {
+        self.core.stats()
+    }
+
+    /// The resourceVersion the cache reflects (upstream `LastSyncResourceVersion`); `None` before the
+    /// first list.
+    pub fn last_sync_resource_version(&self) -> Option<String> {
+        self.core.last_sync()
+    }
+
+    /// Lists and watches forever; stop it by dropping the future.
+    pub async fn run(&self, sink: &dyn DeltaSink<K>) {
+        self.core.run(&self.edge, &TypedSink(sink)).await
+    }
+}
+
+/// An object of the reflector's type inside the type-erased loop (a `K`, or a `Vec<K>` for a page).
+type AnyObject = Box<dyn Any + Send>;
+
+/// One list page after the typed edge.
+struct ErasedPage {
+    /// The page's objects, transformed (a `Vec<K>`).
+    items: AnyObject,
+    len: usize,
+    resource_version: Option<String>,
+    continue_token: Option<String>,
+}
+
+#[derive(Clone, Copy)]
+enum EventKind {
+    Added,
+    Modified,
+    Deleted,
+}
+
+/// One watch event after the typed edge.
+enum ErasedEvent {
+    Object {
+        kind: EventKind,
+        /// Transformed (a `K`).
+        object: AnyObject,
+        resource_version: Option<String>,
+    },
+    Bookmark(String),
+    Error(Box<kube::core::Status>),
+}
+
+type ErasedWatch = BoxStream<'static, Result<ErasedEvent, kube::Error>>;
+
+/// What the loop needs of the typed side: list and watch with erased objects.
+trait Edge: Send + Sync {
+    fn list(&self, params: ListParams) -> BoxFuture<'_, Result<ErasedPage, kube::Error>>;
+    fn watch(
+        &self,
+        params: WatchParams,
+        resource_version: String,
+    ) -> BoxFuture<'_, Result<ErasedWatch, kube::Error>>;
+    fn describe(&self) -> String;
+}
+
+/// What the loop hands the typed sink.
+trait ErasedSink: Send + Sync {
+    /// A complete list, as its pages (each a `Vec<K>`).
+    fn replaced(&self, pages: Vec<AnyObject>);
+    fn event(&self, kind: EventKind, object: AnyObject);
+}
+
+/// The typed edge: the lister-watcher of `K` and what every object goes through before the store.
+struct Typed<K: Clone> {
+    lw: Arc<dyn ListerWatcher<K>>,
+    trim_managed_fields: bool,
+    transform: OnceLock<TransformFunc<K>>,
+}
+
+fn transform<K: Resource>(trim_managed_fields: bool, f: Option<&TransformFunc<K>>, object: &mut K) {
+    if trim_managed_fields {
+        object.meta_mut().managed_fields = None;
+    }
+    if let Some(f) = f {
+        f(object);
+    }
+}
+
+fn erase_event<K: Resource + Send + 'static>(
+    event: WatchEvent<K>,
+    trim_managed_fields: bool,
+    f: Option<&TransformFunc<K>>,
+) -> ErasedEvent {
+    let (kind, mut object) = match event {
+        WatchEvent::Added(o) => (EventKind::Added, o),
+        WatchEvent::Modified(o) => (EventKind::Modified, o),
+        WatchEvent::Deleted(o) => (EventKind::Deleted, o),
+        WatchEvent::Bookmark(b) => return ErasedEvent::Bookmark(b.metadata.resource_version),
+        WatchEvent::Error(status) => return ErasedEvent::Error(status),
+    };
+    transform(trim_managed_fields, f, &mut object);
+    let resource_version = object.meta().resource_version.clone();
+    ErasedEvent::Object {
+        kind,
+        object: Box::new(object),
+        resource_version,
+    }
+}
+
+impl<K: Resource + Clone + Send + 'static> Edge for Typed<K> {
+    fn list(&self, params: ListParams) -> BoxFuture<'_, Result<ErasedPage, kube::Error>> {
+        async move {
+            let page = self.lw.list(params).await?;
+            let mut items = page.items;
+            let f = self.transform.get();
+            for o in &mut items {
+                transform(self.trim_managed_fields, f, o);
+            }
+            Ok(ErasedPage {
+                len: items.len(),
+                items: Box::new(items),
+                resource_version: page.metadata.resource_version,
+                continue_token: page.metadata.continue_,
+            })
+        }
+        .boxed()
+    }
+
+    fn watch(
+        &self,
+        params: WatchParams,
+        resource_version: String,
+    ) -> BoxFuture<'_, Result<ErasedWatch, kube::Error>> {
+        async move {
+            let stream = self.lw.watch(params, resource_version).await?;
+            let trim = self.trim_managed_fields;
+            let f = self.transform.get().cloned();
+            Ok(stream
+                .map(move |item| item.map(|e| erase_event(e, trim, f.as_ref())))
+                .boxed())
+        }
+        .boxed()
+    }
+
+    fn describe(&self) -> String {
+        self.lw.describe()
+    }
+}
+
+/// The typed sink: erased objects back to `K` (they are always `K`: the edge made them).
+struct TypedSink<'a, K>(&'a dyn DeltaSink<K>);
+
+fn unerase<K: 'static>(object: AnyObject) -> Option<K> {
+    match object.downcast::<K>() {
+        Ok(o) => Some(*o),
+        Err(_) => {
+            tracing::error!("reflector: an object of another type reached the sink; dropped");
+            None
+        }
+    }
+}
+
+impl<K: Send + 'static> ErasedSink for TypedSink<'_, K> {
+    fn replaced(&self, pages: Vec<AnyObject>) {
+        let mut pages = pages.into_iter().filter_map(unerase::<Vec<K>>);
+        let mut items = pages.next().unwrap_or_default();
+        for page in pages {
+            items.extend(page);
+        }
+        self.0.apply(Delta::Replaced(items));
+    }
+
+    fn event(&self, kind: EventKind, object: AnyObject) {
+        let Some(o) = unerase::<K>(object) else {
+            return;
+        };
+        self.0.apply(match kind {
+            EventKind::Added => Delta::Added(o),
+            EventKind::Modified => Delta::Modified(o),
+            EventKind::Deleted => Delta::Deleted(o),
+        });
+    }
+}
+
+/// The reflector's loop and state, for every type.
+struct Core {
+    config: ReflectorConfig,
+    counters: Counters,
+    last_sync_resource_version: Mutex<Option<String>>,
+}
+
+impl Core {
+    fn stats(&self) -> ReflectorStats {
         let c = &self.counters;
         ReflectorStats {
             lists: c.lists.load(Ordering::Relaxed),
@@ -300,9 +460,7 @@ impl<K: Resource + Clone + Send + 'static> Reflector<K> {
         }
     }
 
-    /// The resourceVersion the cache reflects (upstream `LastSyncResourceVersion`); `None` before the
-    /// first list.
-    pub fn last_sync_resource_version(&self) -> Option<String> {
+    fn last_sync(&self) -> Option<String> {
         self.last_sync_resource_version
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -316,48 +474,52 @@ impl<K: Resource + Clone + Send + 'static> Reflector<K> {
             .unwrap_or_else(|e| e.into_inner()) = Some(rv.to_string());
     }
 
-    /// Lists and watches forever; stop it by dropping the future.
-    pub async fn run(&self, sink: &dyn DeltaSink<K>) {
-        let mut backoff = Backoff::new(self.config.initial_backoff, self.config.max_backoff);
-        let mut resume: Option<String> = None;
-        loop {
-            let rv = match resume.take() {
-                Some(rv) => rv,
-                None => match self.list_all().await {
-                    Ok((items, rv)) => {
-                        tracing::debug!(resource = %self.lw.describe(), count = items.len(), %rv, "listed");
-                        sink.apply(Delta::Replaced(items));
-                        self.set_last_sync(&rv);
-                        backoff.reset();
-                        rv
-                    }
-                    Err(e) => {
-                        tracing::warn!(resource = %self.lw.describe(), error = %e, "list failed");
+    /// Boxed, so that the loop's state machine is one function rather than inlined into each type's
+    /// `Reflector::run`.
+    fn run<'a>(&'a self, lw: &'a dyn Edge, sink: &'a dyn ErasedSink) -> BoxFuture<'a, ()> {
+        async move {
+            let mut backoff = Backoff::new(self.config.initial_backoff, self.config.max_backoff);
+            let mut resume: Option<String> = None;
+            loop {
+                let rv = match resume.take() {
+                    Some(rv) => rv,
+                    None => match self.list_all(lw).await {
+                        Ok((pages, count, rv)) => {
+                            tracing::debug!(resource = %lw.describe(), count, %rv, "listed");
+                            sink.replaced(pages);
+                            self.set_last_sync(&rv);
+                            backoff.reset();
+                            rv
+                        }
+                        Err(e) => {
+                            tracing::warn!(resource = %lw.describe(), error = %e, "list failed");
+                            tokio::time::sleep(backoff.next_delay()).await;
+                            continue;
+                        }
+                    },
+                };
+                let (end, rv) = self.watch_once(lw, rv, sink).await;
+                match end {
+                    WatchEnd::Closed { healthy: true } => backoff.reset(),
+                    WatchEnd::Closed { healthy: false } => {
                         tokio::time::sleep(backoff.next_delay()).await;
+                    }
+                    WatchEnd::Failed { delivered } => {
+                        if delivered {
+                            backoff.reset();
+                        }
+                        tokio::time::sleep(backoff.next_delay()).await;
+                    }
+                    WatchEnd::Gone => {
+                        tracing::info!(resource = %lw.describe(), %rv, "resourceVersion too old (410 Gone): relisting");
+                        bump(&self.counters.relists_after_gone);
                         continue;
                     }
-                },
-            };
-            let (end, rv) = self.watch_once(rv, sink).await;
-            match end {
-                WatchEnd::Closed { healthy: true } => backoff.reset(),
-                WatchEnd::Closed { healthy: false } => {
-                    tokio::time::sleep(backoff.next_delay()).await;
                 }
-                WatchEnd::Failed { delivered } => {
-                    if delivered {
-                        backoff.reset();
-                    }
-                    tokio::time::sleep(backoff.next_delay()).await;
-                }
-                WatchEnd::Gone => {
-                    tracing::info!(resource = %self.lw.describe(), %rv, "resourceVersion too old (410 Gone): relisting");
-                    bump(&self.counters.relists_after_gone);
-                    continue;
-                }
+                resume = Some(rv);
             }
-            resume = Some(rv);
         }
+        .boxed()
     }
 
     fn list_params(&self, limit: Option<u32>, continue_token: Option<String>) -> ListParams {
@@ -370,30 +532,26 @@ impl<K: Resource + Clone + Send + 'static> Reflector<K> {
         }
     }
 
-    /// What every object goes through before it reaches the store.
-    fn transform(&self, object: &mut K) {
-        if self.config.trim_managed_fields {
-            object.meta_mut().managed_fields = None;
-        }
-        if let Some(f) = self.transform.get() {
-            f(object);
-        }
-    }
-
-    /// Lists every page; returns the objects and the list's resourceVersion. An expired continue
-    /// token (410 between pages) falls back to one unpaged list, as upstream's pager does.
-    async fn list_all(&self) -> Result<(Vec<K>, String), kube::Error> {
-        let mut items = Vec::new();
+    /// Lists every page; returns the pages, their object count and the list's resourceVersion. An
+    /// expired continue token (410 between pages) falls back to one unpaged list, as upstream's pager
+    /// does.
+    async fn list_all(
+        &self,
+        lw: &dyn Edge,
+    ) -> Result<(Vec<AnyObject>, usize, String), kube::Error> {
+        let mut pages = Vec::new();
+        let mut count = 0;
         let mut token: Option<String> = None;
         let mut rv: Option<String> = None;
         let mut limit = self.config.page_size;
         loop {
             let had_token = token.is_some();
-            let page = match self.lw.list(self.list_params(limit, token.take())).await {
+            let page = match lw.list(self.list_params(limit, token.take())).await {
                 Ok(page) => page,
                 Err(e) if had_token && is_gone(&e) => {
-                    tracing::info!(resource = %self.lw.describe(), "continue token expired: listing in one request");
-                    items.clear();
+                    tracing::info!(resource = %lw.describe(), "continue token expired: listing in one request");
+                    pages.clear();
+                    count = 0;
                     rv = None;
                     limit = None;
                     continue;
@@ -401,20 +559,17 @@ impl<K: Resource + Clone + Send + 'static> Reflector<K> {
                 Err(e) => return Err(e),
             };
             if rv.is_none() {
-                rv = page.metadata.resource_version.clone();
+                rv = page.resource_version;
             }
-            let first_new = items.len();
-            items.extend(page.items);
-            items[first_new..]
-                .iter_mut()
-                .for_each(|o| self.transform(o));
-            match page.metadata.continue_ {
+            count += page.len;
+            pages.push(page.items);
+            match page.continue_token {
                 Some(c) if !c.is_empty() => token = Some(c),
                 _ => break,
             }
         }
         bump(&self.counters.lists);
-        Ok((items, rv.unwrap_or_default()))
+        Ok((pages, count, rv.unwrap_or_default()))
     }
 
     fn watch_params(&self) -> WatchParams {
@@ -431,16 +586,21 @@ impl<K: Resource + Clone + Send + 'static> Reflector<K> {
     }
 
     /// One watch from `rv`; returns how it ended and the resourceVersion to resume from.
-    async fn watch_once(&self, mut rv: String, sink: &dyn DeltaSink<K>) -> (WatchEnd, String) {
+    async fn watch_once(
+        &self,
+        lw: &dyn Edge,
+        mut rv: String,
+        sink: &dyn ErasedSink,
+    ) -> (WatchEnd, String) {
         bump(&self.counters.watches);
         let started = Instant::now();
         let params = self.watch_params();
         let params_timeout = params.timeout.unwrap_or(290);
-        let mut stream = match self.lw.watch(params, rv.clone()).await {
+        let mut stream = match lw.watch(params, rv.clone()).await {
             Ok(stream) => stream,
             Err(e) if is_gone(&e) => return (WatchEnd::Gone, rv),
             Err(e) => {
-                tracing::debug!(resource = %self.lw.describe(), error = %e, "watch failed");
+                tracing::debug!(resource = %lw.describe(), error = %e, "watch failed");
                 return (WatchEnd::Failed { delivered: false }, rv);
             }
         };
@@ -455,47 +615,39 @@ impl<K: Resource + Clone + Send + 'static> Reflector<K> {
                 Ok(Some(item)) => item,
                 Ok(None) => break,
                 Err(_) => {
-                    tracing::info!(resource = %self.lw.describe(), "watch outlived its timeout: reconnecting");
+                    tracing::info!(resource = %lw.describe(), "watch outlived its timeout: reconnecting");
                     return (WatchEnd::Closed { healthy: true }, rv);
                 }
             };
-            let (delta, obj_rv) = match item {
-                Ok(WatchEvent::Added(mut o)) => {
-                    self.transform(&mut o);
-                    let v = o.meta().resource_version.clone();
-                    (Delta::Added(o), v)
-                }
-                Ok(WatchEvent::Modified(mut o)) => {
-                    self.transform(&mut o);
-                    let v = o.meta().resource_version.clone();
-                    (Delta::Modified(o), v)
-                }
-                Ok(WatchEvent::Deleted(mut o)) => {
-                    self.transform(&mut o);
-                    let v = o.meta().resource_version.clone();
-                    (Delta::Deleted(o), v)
-                }
-                Ok(WatchEvent::Bookmark(b)) => {
+            let (kind, object, obj_rv) = match item {
+                Ok(ErasedEvent::Object {
+                    kind,
+                    object,
+                    resource_version,
+                }) => (kind, object, resource_version),
+                Ok(ErasedEvent::Bookmark(bookmark_rv)) => {
                     bump(&self.counters.bookmarks);
-                    if !b.metadata.resource_version.is_empty() {
-                        rv = b.metadata.resource_version;
+                    if !bookmark_rv.is_empty() {
+                        rv = bookmark_rv;
                         self.set_last_sync(&rv);
                     }
                     continue;
                 }
-                Ok(WatchEvent::Error(status)) if status.code == 410 => return (WatchEnd::Gone, rv),
-                Ok(WatchEvent::Error(status)) => {
-                    tracing::warn!(resource = %self.lw.describe(), code = status.code, message = %status.message, "watch error event");
+                Ok(ErasedEvent::Error(status)) if status.code == 410 => {
+                    return (WatchEnd::Gone, rv)
+                }
+                Ok(ErasedEvent::Error(status)) => {
+                    tracing::warn!(resource = %lw.describe(), code = status.code, message = %status.message, "watch error event");
                     return (WatchEnd::Failed { delivered }, rv);
                 }
                 Err(e) if is_gone(&e) => return (WatchEnd::Gone, rv),
                 Err(e) => {
-                    tracing::debug!(resource = %self.lw.describe(), error = %e, "watch stream broke");
+                    tracing::debug!(resource = %lw.describe(), error = %e, "watch stream broke");
                     return (WatchEnd::Failed { delivered }, rv);
                 }
             };
             bump(&self.counters.events);
-            sink.apply(delta);
+            sink.event(kind, object);
             delivered = true;
             if let Some(v) = obj_rv.filter(|v| !v.is_empty()) {
                 rv = v;

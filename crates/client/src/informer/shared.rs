@@ -38,7 +38,7 @@ use super::reflector::{
     ApiListerWatcher, Delta, DeltaSink, ListerWatcher, Reflector, ReflectorConfig, ReflectorStats,
     TransformError, TransformFunc,
 };
-use super::store::Store;
+use super::store::{in_key_order, Store};
 
 /// Upstream's `minimumResyncPeriod`: shorter non-zero resync periods are raised to it.
 pub const MINIMUM_RESYNC_PERIOD: Duration = Duration::from_secs(1);
@@ -237,10 +237,7 @@ impl<K: Resource + Clone + Send + Sync + 'static> SharedInformer<K> {
         {
             let mut d = self.lock();
             if d.listed {
-                let mut objects: Vec<(String, Arc<K>)> =
-                    self.store.snapshot().into_iter().collect();
-                objects.sort_by(|a, b| a.0.cmp(&b.0));
-                for (_, obj) in objects {
+                for (_, obj) in in_key_order(self.store.snapshot()) {
                     listener.send(Notification::Add { obj, initial: true });
                 }
                 listener.send(Notification::Synced);
@@ -372,8 +369,7 @@ impl<K: Resource + Clone + Send + Sync + 'static> SharedInformer<K> {
         if due.is_empty() || !d.listed {
             return;
         }
-        let mut objects: Vec<(String, Arc<K>)> = self.store.snapshot().into_iter().collect();
-        objects.sort_by(|a, b| a.0.cmp(&b.0));
+        let objects = in_key_order(self.store.snapshot());
         for l in due {
             for (_, obj) in &objects {
                 l.send(Notification::Update {
@@ -407,9 +403,7 @@ impl<K: Resource + Clone + Send + Sync + 'static> SharedInformer<K> {
                 }),
             }
         }
-        let mut gone: Vec<(String, Arc<K>)> = old.into_iter().collect();
-        gone.sort_by(|a, b| a.0.cmp(&b.0));
-        for (key, last_known) in gone {
+        for (key, last_known) in in_key_order(old) {
             d.distribute(|| {
                 Notification::Delete(DeletedObject::DeletedFinalStateUnknown {
                     key: key.clone(),

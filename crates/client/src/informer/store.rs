@@ -198,6 +198,22 @@ impl<K: Resource + 'static> Store<K> {
     }
 }
 
+/// The entries of a map of objects by key, sorted by key. The sort runs on the keys alone, in a
+/// function that is not generic, so one copy of it serves every informer type.
+pub(crate) fn in_key_order<V>(map: HashMap<String, V>) -> Vec<(String, V)> {
+    let entries: Vec<(String, V)> = map.into_iter().collect();
+    let keys: Vec<&str> = entries.iter().map(|(k, _)| k.as_str()).collect();
+    let order = key_order(&keys);
+    let mut slots: Vec<Option<(String, V)>> = entries.into_iter().map(Some).collect();
+    order.into_iter().filter_map(|i| slots[i].take()).collect()
+}
+
+fn key_order(keys: &[&str]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..keys.len()).collect();
+    order.sort_unstable_by(|&a, &b| keys[a].cmp(keys[b]));
+    order
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

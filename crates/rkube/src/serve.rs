@@ -3,9 +3,10 @@
 //! simulated nodes), like k3s.
 
 use std::net::IpAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use base64::Engine;
 use clap::Args;
 
 #[derive(Args, Debug)]
@@ -161,7 +162,7 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
     if args.api.enable_bootstrap_token_auth {
         // As kubeadm's bootstrap-token phase: cluster-info for joining machines to read.
         let kubeconfig = args.api.data_dir.join("admin.kubeconfig");
-        let client = client::kubeconfig::client_from_file(&kubeconfig).await?;
+        let client = in_process_client(&running, &kubeconfig).await?;
         crate::cluster_info::ensure(client, &kubeconfig).await?;
     }
     // The scheduler and the controllers share one informer factory: every pod, node, ReplicaSet...
@@ -169,7 +170,7 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
     // thousands of pods the pod caches are most of the process's memory).
     let shared_informers = if !args.disable_scheduler && !args.disable_controllers {
         let kubeconfig = args.api.data_dir.join("admin.kubeconfig");
-        let client = client::kubeconfig::client_from_file(&kubeconfig).await?;
+        let client = in_process_client(&running, &kubeconfig).await?;
         Some(controllers::informer_factory(client))
     } else {
         None
@@ -178,7 +179,7 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
         let config =
             crate::scheduler_config(args.scheduler_config.as_deref(), "default-scheduler", 0)?;
         let kubeconfig = args.api.data_dir.join("admin.kubeconfig");
-        let client = client::kubeconfig::client_from_file(&kubeconfig).await?;
+        let client = in_process_client(&running, &kubeconfig).await?;
         let task = match shared_informers.clone() {
             Some(factory) => AbortOnDrop(tokio::spawn(async move {
                 if let Err(e) = scheduler::run_with_factory(client, factory, config).await {
@@ -201,7 +202,7 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
         };
         let selected = args.controllers.selected_with(token_controllers)?;
         let kubeconfig = args.api.data_dir.join("admin.kubeconfig");
-        let client = client::kubeconfig::client_from_file(&kubeconfig).await?;
+        let client = in_process_client(&running, &kubeconfig).await?;
         let mut options = args.controllers.options(true, Some(&kubeconfig))?;
         if options.local_path_dir.is_none() {
             options.local_path_dir = args.local_path.dir(&args.api.data_dir);
@@ -238,7 +239,7 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
     };
     let _simulator = if args.sim_nodes > 0 {
         let kubeconfig = args.api.data_dir.join("admin.kubeconfig");
-        let client = client::kubeconfig::client_from_file(&kubeconfig).await?;
+        let client = in_process_client(&running, &kubeconfig).await?;
         let sim = sim::Simulator::start(client, args.sim.config(args.sim_nodes)).await?;
         eprintln!("rkube: {} simulated nodes running", args.sim_nodes);
         Some(sim)
@@ -313,6 +314,33 @@ pub async fn run(args: ServeArgs) -> Result<(), String> {
         })
         .await;
     Ok(())
+}
+
+/// A client for a component running in this process: in-process connections to `running`
+/// ([`apiserver::serving::InProcess`], no TCP or TLS on loopback) as the user `kubeconfig`'s client
+/// certificate names; over the network when it has none (a token kubeconfig).
+async fn in_process_client(
+    running: &apiserver::Running,
+    kubeconfig: &Path,
+) -> Result<kube::Client, String> {
+    let config = client::kubeconfig::config_from_file(kubeconfig).await?;
+    let in_file = |e: String| format!("kubeconfig {}: {e}", kubeconfig.display());
+    let auth = &config.auth_info;
+    let pem = match (&auth.client_certificate_data, &auth.client_certificate) {
+        (Some(data), _) => base64::engine::general_purpose::STANDARD
+            .decode(data.trim())
+            .map_err(|e| in_file(format!("client-certificate-data: {e}")))?,
+        (None, Some(path)) => std::fs::read(path).map_err(|e| in_file(format!("{path}: {e}")))?,
+        (None, None) => {
+            return client::transport::client_from_config(&config)
+                .map_err(|e| in_file(e.to_string()))
+        }
+    };
+    let user = apiserver::authn::user_from_certificate_pem(&pem)
+        .ok_or_else(|| in_file("the client certificate does not parse".into()))?;
+    let in_process = running.in_process();
+    let dial: client::transport::Dial = std::sync::Arc::new(move || in_process.dial(&user));
+    client::transport::client_in_process(&config, dial).map_err(|e| in_file(e.to_string()))
 }
 
 /// The nodes of --nodes, each with its kube-proxy, and the routes between them; then runs until the

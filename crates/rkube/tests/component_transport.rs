@@ -23,6 +23,7 @@ struct Counts {
     watches: i64,
     h2: i64,
     http1: i64,
+    in_process: i64,
 }
 
 async fn counts(client: &kube::Client) -> Counts {
@@ -34,6 +35,10 @@ async fn counts(client: &kube::Client) -> Counts {
         http1: sample(
             &text,
             "rkube_apiserver_open_connections{protocol=\"http/1.1\"}",
+        ),
+        in_process: sample(
+            &text,
+            "rkube_apiserver_open_connections{protocol=\"in-process\"}",
         ),
     }
 }
@@ -58,24 +63,38 @@ async fn wait_counts(client: &kube::Client, what: &str, done: impl Fn(&Counts) -
 }
 
 #[test]
-fn the_all_in_one_servers_components_share_few_http2_connections() {
+fn the_all_in_one_servers_components_connect_in_process() {
     let cluster = Cluster::start_all(Backend::Sqlite, &["--sim-nodes", "2"]);
     support::runtime().block_on(async {
         let client = cluster.client().await;
         // The scheduler's, the controllers' and the simulated nodes' informers: dozens of watches
-        // (each was its own HTTP/1.1 connection before).
+        // (each was its own TLS connection over HTTP/1.1 before).
         let c = wait_counts(&client, "the components' watches", |c| c.watches >= 40).await;
         eprintln!(
-            "{} watches, {} h2, {} http/1.1 connections",
-            c.watches, c.h2, c.http1
+            "{} watches; connections: {} in-process, {} h2, {} http/1.1",
+            c.watches, c.in_process, c.h2, c.http1
         );
         assert_eq!(c.http1, 0, "an HTTP/1.1 connection is open");
+        // The components connect in-process, a few connections for all their watches; over TLS
+        // only this test's client.
         assert!(
-            c.h2 >= 1 && c.h2 * 4 <= c.watches,
-            "{} HTTP/2 connections for {} watches",
-            c.h2,
+            c.in_process >= 1 && c.in_process * 4 <= c.watches,
+            "{} in-process connections for {} watches",
+            c.in_process,
             c.watches
         );
+        assert_eq!(c.h2, 1, "TLS connections besides the test's");
+        // Their requests are authorized as the kubeconfig's certificate user (system:masters): a
+        // Deployment rolls out, through the controllers, the scheduler and the simulated nodes.
+        let out = cluster.kubectl(&[
+            "create",
+            "deployment",
+            "web",
+            "--image=registry.k8s.io/pause:3.10",
+            "--replicas=2",
+        ]);
+        assert!(out.contains("created"), "{out}");
+        cluster.kubectl(&["rollout", "status", "deploy/web", "--timeout=60s"]);
     });
 }
 

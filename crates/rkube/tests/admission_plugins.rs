@@ -103,6 +103,7 @@ fn in_tree_admission_plugins() {
     pods_get_defaults_and_nodes_touch_only_theirs(&f);
     claims_get_a_class_and_grow_only_if_allowed(&f);
     ingresses_get_the_default_class(&f);
+    pods_get_the_global_default_priority(&f);
     certificates_need_the_signer_permission(&f);
 }
 
@@ -383,6 +384,26 @@ fn ingresses_get_the_default_class(f: &Fixture) {
 }
 
 /// A CertificateSigningRequest for `signer` whose subject has organization `org`, as YAML.
+/// Priority: a pod naming no class gets the `globalDefault` class's name and value; a class that is
+/// not the default is not taken.
+fn pods_get_the_global_default_priority(f: &Fixture) {
+    let c = &f.c;
+    let classes = "apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {name: lower}\nvalue: 5\n---\n\
+                   apiVersion: scheduling.k8s.io/v1\nkind: PriorityClass\nmetadata: {name: everyday}\nvalue: 1000\nglobalDefault: true\n";
+    c.kubectl_in(&["create", "-f", "-"], Some(classes));
+    let mut n = 0;
+    eventually("the default PriorityClass in the cache", || {
+        n += 1;
+        let name = format!("prio-{n}");
+        c.kubectl_in(&["create", "-f", "-"], Some(&pod_yaml(&name, "a")));
+        f.get(
+            &["pod", &name],
+            "{.spec.priorityClassName}={.spec.priority}",
+        ) == "everyday=1000"
+    });
+    c.kubectl(&["delete", "priorityclass", "lower", "everyday"]);
+}
+
 fn csr_yaml(name: &str, signer: &str, org: &str) -> String {
     use base64::Engine;
     let key = rcgen::KeyPair::generate().expect("key");

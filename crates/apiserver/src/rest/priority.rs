@@ -42,11 +42,15 @@ fn values(pc: &Value) -> (i64, String) {
 /// The globalDefault class (the lowest value if several), as upstream's `getDefaultPriorityClass`.
 fn default_class(ctx: &Ctx<'_>) -> Option<(String, i64, String)> {
     let cache = ctx.api.caches.get("priorityclasses")?;
+    // This runs for every pod created without a class: read only the flag, and build the rest of
+    // the (rare) default class alone.
     cache
         .list("/priorityclasses/", &Filter::default())
         .into_iter()
+        .filter(|c| {
+            serde_json::from_slice::<GlobalDefault>(&c.json).is_ok_and(|pc| pc.global_default)
+        })
         .filter_map(|c| serde_json::from_slice::<Value>(&c.json).ok())
-        .filter(|pc| pc["globalDefault"].as_bool() == Some(true))
         .map(|pc| {
             let (v, p) = values(&pc);
             (
@@ -56,6 +60,14 @@ fn default_class(ctx: &Ctx<'_>) -> Option<(String, i64, String)> {
             )
         })
         .min_by_key(|(_, v, _)| *v)
+}
+
+/// A PriorityClass's `globalDefault`, every other field skipped unbuilt.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct GlobalDefault {
+    #[serde(default)]
+    global_default: bool,
 }
 
 /// Upstream `admission.NewForbidden`: `pods "<name>" is forbidden: <reason>`.

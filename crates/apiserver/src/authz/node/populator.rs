@@ -87,16 +87,16 @@ fn apply(api: &ApiServer, source: Source, event: &CacheEvent, event_type: EventT
             return;
         }
     }
-    let Ok(view) = serde_json::from_slice::<ObjectView>(json) else {
+    let Ok(mut view) = serde_json::from_slice::<ObjectView>(json) else {
         return;
     };
-    let (namespace, name) = (
-        view.metadata.namespace.as_str(),
-        view.metadata.name.as_str(),
-    );
+    let metadata = std::mem::take(&mut view.metadata);
+    let (namespace, name) = (metadata.namespace.as_str(), metadata.name.as_str());
     let deleted = event_type == EventType::Deleted;
+    // Built before taking the graph's lock, moving the spec (a pod's largest part) rather than copying it.
+    let pod = (matches!(source, Source::Pods) && !deleted).then(|| view.take_pod());
     api.authorizer.update_node_graph(|graph| match source {
-        Source::Pods => graph.set_pod(namespace, name, (!deleted).then(|| view.pod()).as_ref()),
+        Source::Pods => graph.set_pod(namespace, name, pod.as_ref()),
         Source::Volumes => {
             let pv = (!deleted).then(|| json!({"spec": view.spec}));
             graph.set_volume(name, pv.as_ref())
@@ -156,14 +156,23 @@ struct StatusView {
 }
 
 impl ObjectView {
-    fn pod(&self) -> Value {
-        json!({
-            "spec": self.spec,
-            "status": {
-                "resourceClaimStatuses": self.status.resource_claim_statuses,
-                "extendedResourceClaimStatus": self.status.extended_resource_claim_status,
-            }
-        })
+    /// The pod as the graph reads it; `json!` would serialize a copy of each part it names.
+    fn take_pod(&mut self) -> Value {
+        let status = serde_json::Map::from_iter([
+            (
+                "resourceClaimStatuses".to_string(),
+                self.status.resource_claim_statuses.take(),
+            ),
+            (
+                "extendedResourceClaimStatus".to_string(),
+                self.status.extended_resource_claim_status.take(),
+            ),
+        ]);
+        let pod = serde_json::Map::from_iter([
+            ("spec".to_string(), self.spec.take()),
+            ("status".to_string(), Value::Object(status)),
+        ]);
+        Value::Object(pod)
     }
 
     fn node_name(&self) -> Option<&str> {

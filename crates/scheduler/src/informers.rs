@@ -18,6 +18,7 @@ use k8s_openapi::api::resource::v1::{DeviceClass, ResourceClaim, ResourceSlice};
 use k8s_openapi::api::storage::v1::{CSINode, StorageClass};
 
 use crate::cache::pod_key;
+use crate::framework::resources::pod_requests;
 use crate::framework::{action, ClusterEvent, EventResource, Listers, PodInfo};
 use crate::scheduler::Shared;
 
@@ -68,11 +69,9 @@ pub fn assigned_pod_update_action(old: &Pod, new: &Pod) -> u32 {
     if old.metadata.labels != new.metadata.labels {
         a |= action::UPDATE_POD_LABEL;
     }
-    let (o, n) = (
-        PodInfo::new(Arc::new(old.clone())),
-        PodInfo::new(Arc::new(new.clone())),
-    );
-    if n.requests.milli_cpu < o.requests.milli_cpu || n.requests.memory < o.requests.memory {
+    // Only the requests are compared: no copy of either pod, nor their affinity terms.
+    let (o, n) = (pod_requests(old), pod_requests(new));
+    if n.milli_cpu < o.milli_cpu || n.memory < o.memory {
         a |= action::UPDATE_POD_SCALE_DOWN;
     }
     a

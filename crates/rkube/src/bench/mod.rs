@@ -4,6 +4,7 @@ mod api_bench;
 mod density;
 mod schedule_bench;
 mod storage_bench;
+mod watched_pod;
 
 use clap::{Args, Subcommand};
 

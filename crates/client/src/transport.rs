@@ -173,8 +173,9 @@ impl hyper::rt::Write for InProcessStream {
 mod tests {
     use super::*;
 
-    #[test]
-    fn plain_http_and_https_configs_build() {
+    // A runtime: kube's client spawns its request buffer's worker.
+    #[tokio::test]
+    async fn plain_http_and_https_configs_build() {
         for url in ["http://127.0.0.1:1", "https://127.0.0.1:1"] {
             let config = kube::Config::new(url.parse().unwrap());
             let _ = client_from_config(&config).unwrap();

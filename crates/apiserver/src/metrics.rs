@@ -139,28 +139,24 @@ impl ApiMetrics {
         );
         out.push_str("# HELP rkube_watch_event_encodings_total Watch event frames encoded, by format; each event is encoded once per format and event type whatever the number of watchers.\n");
         out.push_str("# TYPE rkube_watch_event_encodings_total counter\n");
-        for (format, n) in ["json", "protobuf", "cbor"]
-            .iter()
-            .zip(&self.watch_encodings)
-        {
-            let _ = writeln!(
-                out,
-                "rkube_watch_event_encodings_total{{format=\"{format}\"}} {}",
-                n.load(Ordering::Relaxed)
-            );
-        }
+        write_by_label(
+            &mut out,
+            "rkube_watch_event_encodings_total",
+            "format",
+            &["json", "protobuf", "cbor"],
+            self.watch_encodings
+                .iter()
+                .map(|n| n.load(Ordering::Relaxed)),
+        );
         out.push_str("# HELP rkube_apiserver_open_connections Open client connections by protocol: TLS with the HTTP version negotiated, or in-process (the all-in-one server's own components).\n");
         out.push_str("# TYPE rkube_apiserver_open_connections gauge\n");
-        for (protocol, n) in ["http/1.1", "h2", "in-process"]
-            .iter()
-            .zip(&self.connections)
-        {
-            let _ = writeln!(
-                out,
-                "rkube_apiserver_open_connections{{protocol=\"{protocol}\"}} {}",
-                n.load(Ordering::Relaxed)
-            );
-        }
+        write_by_label(
+            &mut out,
+            "rkube_apiserver_open_connections",
+            "protocol",
+            &["http/1.1", "h2", "in-process"],
+            self.connections.iter().map(|n| n.load(Ordering::Relaxed)),
+        );
         out
     }
 }
@@ -189,6 +185,19 @@ pub struct WatchGuard(Arc<ApiMetrics>);
 impl Drop for WatchGuard {
     fn drop(&mut self) {
         self.0.watches.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// One sample per label value of a metric family kept as an array of counters.
+fn write_by_label<N: std::fmt::Display>(
+    out: &mut String,
+    name: &str,
+    label: &str,
+    values: &[&str],
+    samples: impl Iterator<Item = N>,
+) {
+    for (value, n) in values.iter().zip(samples) {
+        let _ = writeln!(out, "{name}{{{label}=\"{value}\"}} {n}");
     }
 }
 
